@@ -1,0 +1,131 @@
+/*
+ * runner.h — build a sandbox from the kernel and run programs in it. The public API of the runner library.
+ *
+ * Used by lensboxd (root, many threads) and the lensbox-runner tool (root). A sandbox is a long-lived init process
+ * (pid 1 of its own user, mount, pid, ipc, uts, net and cgroup namespaces) over a new root: the image read-only,
+ * the sandbox's storage at /sandbox, private /tmp, /proc, /dev. exec() enters those namespaces from the host side,
+ * joins the sandbox's cgroup, drops to the sandbox uid with no capabilities, applies Landlock and seccomp, then
+ * execve()s; every layer is in place before the program's first instruction, or nothing runs.
+ *
+ * Threading: functions on different sandboxes may run concurrently from different threads; calls on the same
+ * sandbox must be serialised by the caller. Children are forked from a multithreaded process, so everything a
+ * child needs is prepared before fork(); the child calls only async-signal-safe functions and raw syscalls.
+ *
+ * Errors: every function returns 0 or a negative errno and fills *err with a sentence naming the failed step.
+ */
+#ifndef LB_RUNNER_H
+#define LB_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lb/error.h"
+#include "lb/policy.h"
+
+enum lb_net_tier { LB_NET_OFF = 0, LB_NET_PACKAGES = 1, LB_NET_WEB = 2 };
+
+enum lb_cgroup_version { LB_CGROUP_NONE = 0, LB_CGROUP_V1 = 1, LB_CGROUP_V2 = 2 };
+
+/* What the host can do, measured at start and reported by /v1/health and the runner's JSON. */
+struct lb_host_facts {
+	char kernel[65];
+	int landlock_abi;		 /* 0: none */
+	enum lb_cgroup_version cgroup;	 /* the hierarchy sandboxes' limits use */
+	bool cgroup_v2_mounted;		 /* a v2 hierarchy exists even if v1 carries the controllers */
+	char cgroup_root[256];		 /* lensbox's own subtree, e.g. /sys/fs/cgroup/lensbox or the v1 "lensbox" */
+	bool seccomp;			 /* SECCOMP_MODE_FILTER available */
+	bool user_namespaces;		 /* unprivileged... no: root may create them (max_user_namespaces > 0) */
+	bool loop_devices;		 /* /dev/loop-control usable */
+	char why_not[256];		 /* empty when sandboxes can run here; else one sentence */
+};
+
+/* Measures the host against the policy (Landlock minimum ABI, cgroup controllers...). Never fails: what is
+ * missing is written into facts->why_not. */
+void lb_host_probe(const struct lb_policy *policy, struct lb_host_facts *facts);
+
+struct lb_sandbox_limits {
+	uint32_t cpu_millicores; /* 0: unlimited */
+	uint64_t memory_bytes;	 /* 0: unlimited; swap is always off */
+	uint64_t pids;		 /* 0: unlimited */
+	uint64_t disk_bytes;	 /* size of the storage filesystem */
+	uint64_t tmp_bytes;	 /* /tmp */
+	uint64_t shm_bytes;	 /* /dev/shm */
+};
+
+struct lb_sandbox_spec {
+	const char *name;	  /* ^[a-z0-9][a-z0-9._-]{0,62}$, names the cgroup, the mount and the run dir */
+	const char *rootfs;	  /* unpacked image root, read-only and shared */
+	const char *storage;	  /* the sandbox's own persistent directory (holds its disk image) */
+	const char *run_dir;	  /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
+	uid_t host_uid;		  /* unique to this sandbox; the only host uid it maps */
+	gid_t host_gid;
+	const char *hostname;	  /* NULL: the name */
+	struct lb_sandbox_limits limits;
+	enum lb_net_tier network;
+	const char *const *image_env; /* "KEY=VALUE" from the image config (PATH...), NULL-terminated, may be NULL */
+	const struct lb_policy *policy;
+};
+
+struct lb_sandbox; /* opaque; owned by the caller between start and stop */
+
+/* Creates cgroup, disk, namespaces and root; returns a running sandbox whose init waits for exec requests.
+ * Starting again from the same storage gives back every file. */
+int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err);
+
+/* The sandbox's network namespace (a new fd the caller closes) for netfilter/ to plug a veth into. */
+int lb_sandbox_netns_fd(const struct lb_sandbox *sb);
+pid_t lb_sandbox_init_pid(const struct lb_sandbox *sb);
+int lb_sandbox_landlock_abi(const struct lb_sandbox *sb); /* ABI enforced on programs */
+enum lb_cgroup_version lb_sandbox_cgroup_version(const struct lb_sandbox *sb);
+/* The host directory where the storage filesystem is mounted while the sandbox runs (for file transfer). */
+const char *lb_sandbox_storage_mount(const struct lb_sandbox *sb);
+
+struct lb_exec_spec {
+	const char *const *argv;    /* argv[0] is looked up in PATH inside the sandbox when it has no '/' */
+	const char *const *env;	    /* extra "KEY=VALUE" on top of the clean environment; may be NULL */
+	const char *cwd;	    /* NULL: /sandbox */
+	uint32_t timeout_ms;	    /* 0: none */
+	size_t stdout_limit;	    /* bytes kept from the start of stdout */
+	size_t stderr_limit;	    /* bytes kept from the end of stderr */
+};
+
+struct lb_exec_result {
+	int exit_code;		/* -1 when killed by a signal */
+	int signal;		/* 0 when it exited */
+	bool timed_out;
+	bool oom_killed;	/* the kernel OOM-killed a process of the sandbox during this run */
+	bool pids_limited;	/* a fork failed on the pids limit during this run */
+	uint64_t wall_ms;
+	uint64_t cpu_ms;	/* user + system of every process of the run */
+	uint64_t peak_memory_bytes;
+	char *stdout_buf;	/* first stdout_limit bytes, raw (caller sanitises for JSON); malloc'ed */
+	size_t stdout_len;
+	uint64_t stdout_total;	/* every byte the program wrote */
+	char *stderr_buf;	/* last stderr_limit bytes */
+	size_t stderr_len;
+	uint64_t stderr_total;
+};
+
+/* Runs one program to completion (or its time limit); every process it left is killed when its main process
+ * exits. A program that fails is a success here: its status is in the result. */
+int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, struct lb_exec_result *ret,
+		    struct lb_error *err);
+void lb_exec_result_free(struct lb_exec_result *r);
+
+/* Kills everything in the sandbox and releases namespaces, mounts, loop device and cgroups; storage stays.
+ * Frees sb whatever happens. */
+int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err);
+
+/* Removes the storage of a stopped sandbox. */
+int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err);
+
+/* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
+ * detaches its loop device, removes its cgroups. Safe to call for a sandbox that left nothing. */
+int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *err);
+
+/* Host disk space the storage uses (allocated blocks of its image). */
+int lb_storage_usage(const char *storage, uint64_t *ret_bytes);
+
+#endif
