@@ -42,8 +42,8 @@ void lb_log(enum lb_log_level level, const char *fields, const char *fmt, ...)
 		if (*p == '"' || *p == '\n' || *p == '\r')
 			*p = *p == '"' ? '\'' : ' ';
 	char line[1600];
-	int n = snprintf(line, sizeof(line), "level=%s msg=\"%s\"%s%s\n", names[level], msg, fields && *fields ? " " : "",
-			 fields ? fields : "");
+	int n = snprintf(line, sizeof(line), "level=%s msg=\"%s\"%s%s\n", names[level], msg,
+			 fields && *fields ? " " : "", fields ? fields : "");
 	if (n < 0)
 		return;
 	size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;

@@ -64,17 +64,9 @@ int lb_parse_size(const char *s, uint64_t *ret_bytes)
 		const char *suffix;
 		uint64_t mult;
 	} units[] = {
-		{ "", 1 },
-		{ "B", 1 },
-		{ "Ki", 1ull << 10 },
-		{ "K", 1ull << 10 },
-		{ "k", 1000 },
-		{ "Mi", 1ull << 20 },
-		{ "M", 1000000 },
-		{ "Gi", 1ull << 30 },
-		{ "G", 1000000000 },
-		{ "Ti", 1ull << 40 },
-		{ "T", 1000000000000ull },
+		{ "", 1 },	     { "B", 1 },	   { "Ki", 1ull << 10 },      { "K", 1ull << 10 },
+		{ "k", 1000 },	     { "Mi", 1ull << 20 }, { "M", 1000000 },	      { "Gi", 1ull << 30 },
+		{ "G", 1000000000 }, { "Ti", 1ull << 40 }, { "T", 1000000000000ull },
 	};
 	if (!s)
 		return -EINVAL;

@@ -61,18 +61,18 @@ static inline void lb_killpidp(pid_t *pid)
 #define _cleanup_closedir_ __attribute__((cleanup(lb_closedirp)))
 #define _cleanup_pid_	   __attribute__((cleanup(lb_killpidp)))
 
-#define TAKE_PTR(p)                                \
-	({                                         \
-		__typeof__(p) _taken_ = (p);       \
-		(p) = NULL;                        \
-		_taken_;                           \
+#define TAKE_PTR(p)                          \
+	({                                   \
+		__typeof__(p) _taken_ = (p); \
+		(p) = NULL;                  \
+		_taken_;                     \
 	})
 
-#define TAKE_FD(fd)                        \
-	({                                 \
-		int _taken_fd_ = (fd);     \
-		(fd) = -1;                 \
-		_taken_fd_;                \
+#define TAKE_FD(fd)                    \
+	({                             \
+		int _taken_fd_ = (fd); \
+		(fd) = -1;             \
+		_taken_fd_;            \
 	})
 
 #define LB_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -14,8 +14,8 @@
 #define LB_ERROR_MSG_MAX 512
 
 struct lb_error {
-	int code;		     /* positive errno, 0 when no error was recorded */
-	char msg[LB_ERROR_MSG_MAX];  /* human sentence, context first */
+	int code;		    /* positive errno, 0 when no error was recorded */
+	char msg[LB_ERROR_MSG_MAX]; /* human sentence, context first */
 };
 
 /* Records errnum (positive or negative) with a formatted message followed by ": strerror(errnum)"; returns

@@ -82,7 +82,7 @@ static void formatting(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(sizes_parse), cmocka_unit_test(sizes_reject), cmocka_unit_test(cpu_parse),
+		cmocka_unit_test(sizes_parse),	   cmocka_unit_test(sizes_reject), cmocka_unit_test(cpu_parse),
 		cmocka_unit_test(durations_parse), cmocka_unit_test(formatting),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

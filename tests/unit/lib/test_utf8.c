@@ -25,7 +25,11 @@ static void sanitize_replaces_invalid(void **state)
 {
 	(void)state;
 	/* stray continuation, overlong '/', surrogate, truncated 3-byte, byte 0xFF */
-	const char s[] = "a\x80" "b\xC0\xAF" "c\xED\xA0\x80" "d\xE2\x82" "e\xFF";
+	const char s[] = "a\x80"
+			 "b\xC0\xAF"
+			 "c\xED\xA0\x80"
+			 "d\xE2\x82"
+			 "e\xFF";
 	size_t n;
 	char *out = lb_utf8_sanitize(s, sizeof(s) - 1, &n);
 	assert_non_null(out);
@@ -34,7 +38,8 @@ static void sanitize_replaces_invalid(void **state)
 		assert_true(l > 0);
 		i += l;
 	}
-	assert_non_null(strstr(out, "a\xEF\xBF\xBD" "b"));
+	assert_non_null(strstr(out, "a\xEF\xBF\xBD"
+				    "b"));
 	assert_int_equal(out[n - 3], '\xEF');
 	free(out);
 }
