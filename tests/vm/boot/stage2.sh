@@ -1,0 +1,53 @@
+#!/bin/sh
+# stage2.sh — second stage of the VM lane guest: PID 1 (root) on the overlay root that init.sh switched to.
+#
+# Sets the guest up the way a systemd host runs lensboxd, then runs the selected tests and reports:
+#   - proc, sysfs, devpts, /dev/shm, tmpfs on /tmp and /run; cgroup2 on /sys/fs/cgroup with systemd's options;
+#   - every available controller enabled from the root down to /sys/fs/cgroup/lensbox.service (the unit's
+#     cgroup, Delegate=yes), whose subtree_control holds every controller too; PID 1 sits in init.scope, and the
+#     test run (and so lensboxd or lensbox-runner it starts) in the leaf lensbox.service/supervisor, as a
+#     delegated daemon moves itself before creating sandbox cgroups next to it;
+#   - runs /lensbox-vm/launch.py (pytest with the host's selection) with output on the console and on the
+#     results disk, then writes the exit status there and prints "LENSBOX-VM-RESULT rc=N" on the console.
+# Invariant: whatever happens, the last thing is a result marker (or none, which the host treats as failure)
+# followed by power-off.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+set -o pipefail
+result() {
+	echo "$1" >/results/rc
+	dmesg >/results/dmesg.txt 2>&1
+	sync
+	umount /results
+	echo "LENSBOX-VM-RESULT rc=$1"
+	poweroff -f
+}
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mkdir -p /dev/pts /dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
+mount -t tmpfs -o mode=1777 shm /dev/shm
+mount -t tmpfs -o mode=1777 tmp /tmp
+mount -t tmpfs -o mode=0755 run /run
+mount -t ext4 /dev/vdb /results || { echo "LENSBOX-VM-STAGE2-FAILED: results disk"; poweroff -f; }
+hostname lensbox-vm
+ip link set lo up 2>/dev/null
+
+cg=/sys/fs/cgroup
+mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 $cg || result 5
+for c in $(cat $cg/cgroup.controllers); do echo "+$c" >$cg/cgroup.subtree_control || result 5; done
+mkdir $cg/init.scope && echo $$ >$cg/init.scope/cgroup.procs || result 5
+mkdir $cg/lensbox.service $cg/lensbox.service/supervisor || result 5
+{
+	echo "kernel $(uname -r)"
+	echo "controllers $(cat $cg/cgroup.controllers)"
+	echo "root subtree_control $(cat $cg/cgroup.subtree_control)"
+	cat /sys/kernel/security/lsm 2>/dev/null && echo
+} | tee /results/facts.txt
+
+(
+	# launch.py moves itself into lensbox.service (what systemd does for the unit), then into the leaf, and
+	# enables every controller in lensbox.service's subtree_control (what the delegated daemon does).
+	exec python3 /lensbox-vm/launch.py
+) 2>&1 | tee /results/pytest.log
+rc=$?
+result $rc
