@@ -18,9 +18,9 @@
 
 /* Landlock filesystem access groups as the rules file names them. */
 enum lb_landlock_access {
-	LB_LL_READ = 1u << 0,	 /* read files, list directories */
-	LB_LL_EXEC = 1u << 1,	 /* execute files */
-	LB_LL_WRITE = 1u << 2,	 /* write, truncate, create, remove, rename, link, make dirs/fifos/sockets/symlinks */
+	LB_LL_READ = 1u << 0,	   /* read files, list directories */
+	LB_LL_EXEC = 1u << 1,	   /* execute files */
+	LB_LL_WRITE = 1u << 2,	   /* write, truncate, create, remove, rename, link, make dirs/fifos/sockets/symlinks */
 	LB_LL_DEV_IOCTL = 1u << 3, /* ioctl on device nodes (ABI 5) */
 };
 
@@ -30,8 +30,8 @@ struct lb_landlock_path_rule {
 };
 
 struct lb_landlock_policy {
-	int min_abi;			 /* start fails on a kernel below this ... */
-	int degraded_min_abi;		 /* ... unless it is at least this (== min_abi when no degraded level is allowed) */
+	int min_abi;	      /* start fails on a kernel below this ... */
+	int degraded_min_abi; /* ... unless it is at least this (== min_abi when no degraded level is allowed) */
 	struct lb_landlock_path_rule *rules;
 	size_t n_rules;
 	bool scope_abstract_unix; /* ABI 6 */
@@ -40,13 +40,13 @@ struct lb_landlock_policy {
 
 /* One network tier's fences that live in the sandbox (Landlock TCP rules); nftables rules live in netfilter/. */
 struct lb_tier_policy {
-	char name[16];	     /* "off", "packages", "web" */
+	char name[16];		     /* "off", "packages", "web" */
 	uint16_t *tcp_connect_ports; /* Landlock ABI 4 connect allowlist; empty: no TCP connect at all */
 	size_t n_tcp_connect_ports;
 };
 
 struct lb_limits_policy {
-	uint32_t cpu_millicores;   /* default per sandbox */
+	uint32_t cpu_millicores; /* default per sandbox */
 	uint64_t memory_bytes;
 	uint64_t pids;
 	uint64_t disk_bytes;
@@ -59,11 +59,11 @@ struct lb_limits_policy {
 };
 
 struct lb_policy {
-	char *dir;			     /* the directory it was loaded from */
-	struct sock_fprog seccomp;	     /* compiled allowlist for the native architecture */
-	size_t seccomp_rules;		     /* number of syscall names allowed (for reports) */
+	char *dir;		   /* the directory it was loaded from */
+	struct sock_fprog seccomp; /* compiled allowlist for the native architecture */
+	size_t seccomp_rules;	   /* number of syscall names allowed (for reports) */
 	struct lb_landlock_policy landlock;
-	struct lb_tier_policy tiers[3];	     /* off, packages, web in that order */
+	struct lb_tier_policy tiers[3]; /* off, packages, web in that order */
 	struct lb_limits_policy limits;
 };
 
