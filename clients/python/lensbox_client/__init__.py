@@ -1,0 +1,45 @@
+"""lensbox_client — talk to lensboxd (the lensbox sandbox supervisor) over its Unix socket.
+
+    from lensbox_client import Client, SandboxError
+
+    box = Client("/run/lensbox/lensboxd.sock")
+    result = box.run("lens-chat-42", "python", "print(6*7)", timeout=60, files={"data.csv": b"a,b\\n1,2\\n"})
+    print(result.exit_code, result.stdout)
+
+Standard library only; see docs/api.md for the API and docs/lens.md for how Lens uses it.
+"""
+
+from .client import (
+    DEFAULT_SOCKET,
+    FILE_MAX,
+    RUN_FILES_MAX,
+    SOURCE_MAX,
+    Client,
+    EnsureResult,
+    FileEntry,
+    FileList,
+    RunRecord,
+    RunResult,
+    Sandbox,
+    SandboxError,
+    check_name,
+    check_path,
+)
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "FILE_MAX",
+    "RUN_FILES_MAX",
+    "SOURCE_MAX",
+    "Client",
+    "EnsureResult",
+    "FileEntry",
+    "FileList",
+    "RunRecord",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "check_name",
+    "check_path",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,522 @@
+"""The lensboxd client: HTTP/1.1 + JSON over lensboxd's Unix socket, standard library only.
+
+Every method opens its own connection, so one `Client` may be shared by any number of threads (a FastAPI backend's
+worker pool). Every failure, whether lensboxd refused the request, the socket is unreachable, or this client refused
+to send something too large, is raised as one exception type, `SandboxError`, carrying an HTTP-like status, the
+server's snake_case code and a sentence for a person. The contract is docs/api.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+DEFAULT_SOCKET = "/run/lensbox/lensboxd.sock"
+
+#: Largest file copied in or out (lensboxd's limit).
+FILE_MAX = 25 * 1024 * 1024
+#: Largest total of files copied in for one run (Lens's promise: 100 MB a run).
+RUN_FILES_MAX = 100 * 1024 * 1024
+#: Largest source lensboxd runs.
+SOURCE_MAX = 1024 * 1024
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_SPEC_KEYS = ("image", "network", "cpu", "memory", "disk", "idle_minutes", "keep_hours")
+#: Seconds a run's HTTP request may wait beyond its own time limit (starting or creating the sandbox, queueing behind
+#: an earlier run of the same sandbox).
+RUN_GRACE_SECONDS = 120.0
+
+
+class SandboxError(Exception):
+    """Any failure talking to lensboxd.
+
+    status: the HTTP status (400, 404, 409, 413, 422, 429, 503, 500), or 503 when the daemon could not be reached.
+    code: lensboxd's snake_case error code (`sandbox_not_found`, `file_too_large`, ...), or one of this client's:
+      `daemon_unreachable`, `bad_response`, `invalid_name`, `invalid_path`, `file_too_large`, `files_too_large`,
+      `source_too_large`, `invalid_value`.
+    message: a sentence a person understands.
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.code}, {self.status})"
+
+    def __repr__(self) -> str:
+        return f"SandboxError(status={self.status!r}, code={self.code!r}, message={self.message!r})"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run gave back. `exit_code` is None when the program was killed (see `signal`, `timed_out`,
+    `oom_killed`); `message` is a sentence for the model when something went wrong."""
+
+    id: str
+    sandbox: str
+    language: str
+    exit_code: Optional[int]
+    signal: int
+    timed_out: bool
+    oom_killed: bool
+    pids_limited: bool
+    duration_ms: int
+    cpu_ms: int
+    peak_memory_bytes: int
+    stdout: str
+    stdout_bytes: int
+    stdout_truncated: bool
+    stderr: str
+    stderr_bytes: int
+    stderr_truncated: bool
+    sandbox_created: bool
+    sandbox_started: bool
+    recreated: Optional[str]
+    message: Optional[str]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """The program exited 0 within its limits."""
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RunResult":
+        return cls(
+            id=str(d.get("id", "")),
+            sandbox=str(d.get("sandbox", "")),
+            language=str(d.get("language", "")),
+            exit_code=_opt_int(d.get("exit_code")),
+            signal=int(d.get("signal") or 0),
+            timed_out=bool(d.get("timed_out")),
+            oom_killed=bool(d.get("oom_killed")),
+            pids_limited=bool(d.get("pids_limited")),
+            duration_ms=int(d.get("duration_ms") or 0),
+            cpu_ms=int(d.get("cpu_ms") or 0),
+            peak_memory_bytes=int(d.get("peak_memory_bytes") or 0),
+            stdout=str(d.get("stdout") or ""),
+            stdout_bytes=int(d.get("stdout_bytes") or 0),
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr=str(d.get("stderr") or ""),
+            stderr_bytes=int(d.get("stderr_bytes") or 0),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            sandbox_created=bool(d.get("sandbox_created")),
+            sandbox_started=bool(d.get("sandbox_started")),
+            recreated=_opt_str(d.get("recreated")),
+            message=_opt_str(d.get("message")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One sandbox as lensboxd describes it. Times are RFC 3339 strings (or None)."""
+
+    name: str
+    state: str
+    spec: Dict[str, Any]
+    image_digest: Optional[str]
+    host_uid: Optional[int]
+    disk_used_bytes: Optional[int]
+    created_at: Optional[str]
+    last_used_at: Optional[str]
+    stops_at: Optional[str]
+    deletes_at: Optional[str]
+    runs: int
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Sandbox":
+        return cls(
+            name=str(d.get("name", "")),
+            state=str(d.get("state", "")),
+            spec=dict(d.get("spec") or {}),
+            image_digest=_opt_str(d.get("image_digest")),
+            host_uid=_opt_int(d.get("host_uid")),
+            disk_used_bytes=_opt_int(d.get("disk_used_bytes")),
+            created_at=_opt_str(d.get("created_at")),
+            last_used_at=_opt_str(d.get("last_used_at")),
+            stops_at=_opt_str(d.get("stops_at")),
+            deletes_at=_opt_str(d.get("deletes_at", d.get("deleted_at"))),
+            runs=int(d.get("runs") or 0),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class EnsureResult:
+    """What `ensure` did: created it, or found it (and maybe replaced it: `recreated` says why)."""
+
+    created: bool
+    recreated: Optional[str]
+    sandbox: Sandbox
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    type: str  # "file" | "directory" | "symlink" | "other"
+    size: int
+    modified_at: Optional[str]
+
+
+@dataclass(frozen=True)
+class FileList:
+    files: List[FileEntry]
+    more: int  # entries left out past the server's limit
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the run ledger."""
+
+    id: str
+    sandbox: str
+    language: str
+    started_at: Optional[str]
+    duration_ms: int
+    exit_code: Optional[int]
+    signal: int
+    timed_out: bool
+    oom_killed: bool
+    pids_limited: bool
+    outcome: str
+    message: Optional[str]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RunRecord":
+        return cls(
+            id=str(d.get("id", "")),
+            sandbox=str(d.get("sandbox", "")),
+            language=str(d.get("language", "")),
+            started_at=_opt_str(d.get("started_at")),
+            duration_ms=int(d.get("duration_ms") or 0),
+            exit_code=_opt_int(d.get("exit_code")),
+            signal=int(d.get("signal") or 0),
+            timed_out=bool(d.get("timed_out")),
+            oom_killed=bool(d.get("oom_killed")),
+            pids_limited=bool(d.get("pids_limited")),
+            outcome=str(d.get("outcome", "")),
+            message=_opt_str(d.get("message")),
+            raw=dict(d),
+        )
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    return None if v is None or isinstance(v, bool) else int(v)
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    return None if v is None else str(v)
+
+
+def check_name(name: str) -> str:
+    """The sandbox name, or SandboxError(400, invalid_name) when lensboxd would refuse it."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SandboxError(
+            400, "invalid_name", f"{name!r} is not a sandbox name: use 1-63 of a-z 0-9 . _ - starting with a letter or digit"
+        )
+    return name
+
+
+def check_path(path: str) -> str:
+    """A path inside /sandbox, relative, without `..`, `.` or empty components; SandboxError(400, invalid_path)."""
+    if not isinstance(path, str) or not path or "\0" in path or path.startswith("/"):
+        raise SandboxError(400, "invalid_path", f"{path!r} is not a relative path inside the sandbox")
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise SandboxError(400, "invalid_path", f"{path!r} must not contain empty, '.' or '..' components")
+    return path
+
+
+def _quote_path(path: str) -> str:
+    return "/".join(urllib.parse.quote(p, safe="") for p in path.split("/"))
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__("lensbox", timeout=timeout)
+        self._socket_path = socket_path
+
+    def connect(self) -> None:
+        # A Unix socket whose listen queue is full refuses at once with EAGAIN instead of waiting like TCP would:
+        # retry with a short back-off until the timeout, so a burst of clients queues instead of failing.
+        deadline = time.monotonic() + (self.timeout if isinstance(self.timeout, (int, float)) else 30.0)
+        delay = 0.005
+        while True:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(self.timeout)
+            try:
+                s.connect(self._socket_path)
+            except BlockingIOError:
+                s.close()
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+                continue
+            except BaseException:
+                s.close()
+                raise
+            self.sock = s
+            return
+
+
+Body = Union[bytes, Dict[str, Any], None]
+
+
+class Client:
+    """A client of lensboxd on `socket_path`. `timeout` bounds every request but runs, which wait for their own
+    time limit plus RUN_GRACE_SECONDS."""
+
+    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    # ---- transport ----
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Body = None,
+        *,
+        timeout: Optional[float] = None,
+        raw: bool = False,
+        max_bytes: Optional[int] = None,
+    ) -> tuple[int, Any]:
+        """Sends one request; returns (status, parsed JSON or raw bytes). Raises SandboxError on a status >= 400."""
+        headers = {"Accept": "application/json"}
+        data: Optional[bytes] = None
+        if isinstance(body, dict):
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        elif body is not None:
+            data = bytes(body)
+            headers["Content-Type"] = "application/octet-stream"
+        if data is not None or method in ("POST", "PUT"):
+            headers["Content-Length"] = str(len(data or b""))
+        conn = _UnixHTTPConnection(self.socket_path, self.timeout if timeout is None else timeout)
+        try:
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                status = resp.status
+                if raw and status < 400:
+                    payload = _read_bounded(resp, max_bytes)
+                else:
+                    payload = resp.read(1 << 26)  # JSON answers are far below 64 MiB
+            except (OSError, http.client.HTTPException) as e:
+                raise SandboxError(
+                    503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path}: {e}"
+                ) from None
+        finally:
+            conn.close()
+        if status >= 400:
+            raise _error_from(status, payload)
+        if raw:
+            return status, payload
+        if not payload:
+            return status, {}
+        try:
+            return status, json.loads(payload)
+        except ValueError:
+            raise SandboxError(502, "bad_response", f"lensboxd answered {method} {path} with something that is not JSON") from None
+
+    # ---- sandboxes ----
+
+    def health(self) -> Dict[str, Any]:
+        """GET /v1/health: version, whether sandboxes can run here (`can_run`, `why_not`), host facts, counts."""
+        return self._request("GET", "/v1/health")[1]
+
+    def ensure(self, name: str, **spec: Any) -> EnsureResult:
+        """Makes sure the sandbox exists with this spec (image, network, cpu, memory, disk, idle_minutes,
+        keep_hours; missing ones take the daemon's defaults). A different image or network replaces it with a fresh
+        one: `recreated` says why."""
+        body = _spec_body(spec)
+        status, d = self._request("PUT", f"/v1/sandboxes/{check_name(name)}", body)
+        sb = d.get("sandbox", d)
+        return EnsureResult(
+            created=bool(d.get("created", status == 201)), recreated=_opt_str(d.get("recreated")), sandbox=Sandbox.from_json(sb)
+        )
+
+    def get(self, name: str) -> Sandbox:
+        """GET /v1/sandboxes/{name}; SandboxError 404 sandbox_not_found when there is none."""
+        return Sandbox.from_json(self._request("GET", f"/v1/sandboxes/{check_name(name)}")[1])
+
+    def list(self) -> List[Sandbox]:
+        """Every sandbox, by name."""
+        d = self._request("GET", "/v1/sandboxes")[1]
+        return [Sandbox.from_json(x) for x in d.get("sandboxes", [])]
+
+    def stop(self, name: str) -> bool:
+        """Stops it now, keeping its files. True when it was running."""
+        d = self._request("POST", f"/v1/sandboxes/{check_name(name)}/stop")[1]
+        return bool(d.get("stopped", True))
+
+    def delete(self, name: str, *, missing_ok: bool = True) -> bool:
+        """Stops it and deletes it with its files. True when it existed; with missing_ok=False a missing sandbox
+        raises SandboxError 404."""
+        try:
+            self._request("DELETE", f"/v1/sandboxes/{check_name(name)}")
+        except SandboxError as e:
+            if missing_ok and e.status == 404 and e.code == "sandbox_not_found":
+                return False
+            raise
+        return True
+
+    # ---- runs ----
+
+    def run(
+        self,
+        name: str,
+        language: str,
+        source: str,
+        *,
+        timeout: int = 60,
+        files: Optional[Mapping[str, bytes]] = None,
+        output_limit: int = 10000,
+        spec: Optional[Mapping[str, Any]] = None,
+    ) -> RunResult:
+        """Runs `source` ("python" or "bash") in the sandbox, creating or starting it as needed.
+
+        `files` ({relative path: bytes}) are copied in first, each at most 25 MiB and 100 MiB in all: this is
+        checked before anything is sent. With `spec` (image, network, ...), the sandbox is ensured with it before
+        the files go in, so a change of image or network cannot wipe them afterwards. A program that fails is a
+        result, not an exception: look at exit_code, timed_out, oom_killed and message."""
+        check_name(name)
+        if language not in ("python", "bash"):
+            raise SandboxError(422, "invalid_value", f"language must be python or bash, not {language!r}")
+        if not isinstance(source, str):
+            raise SandboxError(422, "invalid_value", "source must be a string")
+        if len(source.encode("utf-8", "surrogatepass")) > SOURCE_MAX:
+            raise SandboxError(413, "source_too_large", f"the source is larger than {SOURCE_MAX // 1024} KiB")
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 600:
+            raise SandboxError(422, "out_of_range", f"timeout must be 1-600 seconds, not {timeout!r}")
+        uploads = _check_files(files or {})
+        spec_body = _spec_body(dict(spec or {}))
+
+        ensured: Optional[EnsureResult] = None
+        if uploads and spec_body:
+            ensured = self.ensure(name, **spec_body)
+        for path, data in uploads:
+            self.write_file(name, path, data)
+
+        body: Dict[str, Any] = {
+            "language": language,
+            "source": source,
+            "timeout_seconds": timeout,
+            "output_limit": output_limit,
+        }
+        if spec_body:
+            body["sandbox"] = spec_body
+        d = self._request("POST", f"/v1/sandboxes/{name}/runs", body, timeout=timeout + RUN_GRACE_SECONDS)[1]
+        if ensured is not None:
+            # what happened to the sandbox before the uploads belongs to this run's story too
+            if ensured.created:
+                d["sandbox_created"] = True
+            if ensured.recreated and not d.get("recreated"):
+                d["recreated"] = ensured.recreated
+        return RunResult.from_json(d)
+
+    def runs(self, name: Optional[str] = None, limit: int = 100) -> List[RunRecord]:
+        """The ledger, newest first: one sandbox's runs, or everyone's when name is None."""
+        q: Dict[str, Union[str, int]] = {"limit": limit}
+        if name is not None:
+            q["sandbox"] = check_name(name)
+        d = self._request("GET", "/v1/runs?" + urllib.parse.urlencode(q))[1]
+        return [RunRecord.from_json(x) for x in d.get("runs", [])]
+
+    # ---- files ----
+
+    def files(self, name: str, path: str = "", *, recursive: bool = True) -> FileList:
+        """What the sandbox holds under `path` (the top by default), at most 1000 entries (`more` counts the rest)."""
+        q: Dict[str, str] = {"recursive": "true" if recursive else "false"}
+        if path:
+            q["path"] = check_path(path)
+        d = self._request("GET", f"/v1/sandboxes/{check_name(name)}/files?" + urllib.parse.urlencode(q))[1]
+        entries = [
+            FileEntry(
+                path=str(e.get("path", "")),
+                type=str(e.get("type", "")),
+                size=int(e.get("size") or 0),
+                modified_at=_opt_str(e.get("modified_at")),
+            )
+            for e in d.get("files", [])
+        ]
+        return FileList(files=entries, more=int(d.get("more") or 0))
+
+    def read_file(self, name: str, path: str, *, max_bytes: int = FILE_MAX) -> bytes:
+        """The bytes of one regular file of the sandbox, at most max_bytes (SandboxError 413 file_too_large past
+        it, without reading the rest)."""
+        url = f"/v1/sandboxes/{check_name(name)}/files/{_quote_path(check_path(path))}"
+        return self._request("GET", url, raw=True, max_bytes=max_bytes)[1]
+
+    def write_file(self, name: str, path: str, data: bytes) -> Dict[str, Any]:
+        """Writes data to /sandbox/{path} atomically (parents created). At most 25 MiB."""
+        data = bytes(data)
+        if len(data) > FILE_MAX:
+            raise SandboxError(413, "file_too_large", f"{path} is {len(data)} bytes; one file may be at most 25 MiB")
+        url = f"/v1/sandboxes/{check_name(name)}/files/{_quote_path(check_path(path))}"
+        return self._request("PUT", url, data)[1]
+
+    # ---- metrics ----
+
+    def metrics(self) -> str:
+        """GET /metrics, Prometheus text."""
+        return self._request("GET", "/metrics", raw=True, max_bytes=16 << 20)[1].decode("utf-8", "replace")
+
+
+def _spec_body(spec: Mapping[str, Any]) -> Dict[str, Any]:
+    unknown = sorted(set(spec) - set(_SPEC_KEYS))
+    if unknown:
+        raise SandboxError(400, "unknown_field", f"unknown sandbox setting {unknown[0]!r}; known: {', '.join(_SPEC_KEYS)}")
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _check_files(files: Mapping[str, bytes]) -> List[tuple[str, bytes]]:
+    out: List[tuple[str, bytes]] = []
+    total = 0
+    for path, data in files.items():
+        check_path(path)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise SandboxError(422, "invalid_value", f"{path}: file contents must be bytes")
+        b = bytes(data)
+        if len(b) > FILE_MAX:
+            raise SandboxError(413, "file_too_large", f"{path} is {len(b)} bytes; one file may be at most 25 MiB")
+        total += len(b)
+        if total > RUN_FILES_MAX:
+            raise SandboxError(413, "files_too_large", "the files of one run may be at most 100 MiB together")
+        out.append((path, b))
+    return out
+
+
+def _read_bounded(resp: http.client.HTTPResponse, max_bytes: Optional[int]) -> bytes:
+    if max_bytes is None:
+        return resp.read()
+    length = resp.getheader("Content-Length")
+    if length is not None and length.isdigit() and int(length) > max_bytes:
+        raise SandboxError(413, "file_too_large", f"the file is {int(length)} bytes, more than the {max_bytes} allowed")
+    data = resp.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise SandboxError(413, "file_too_large", f"the file is larger than the {max_bytes} bytes allowed")
+    return data
+
+
+def _error_from(status: int, payload: bytes) -> SandboxError:
+    try:
+        e = json.loads(payload)["error"]
+        return SandboxError(status, str(e["code"]), str(e["message"]))
+    except (ValueError, KeyError, TypeError):
+        text = payload[:200].decode("utf-8", "replace").strip() or http.client.responses.get(status, "error")
+        return SandboxError(status, "http_error", f"lensboxd answered {status}: {text}")
