@@ -31,14 +31,14 @@ enum lb_cgroup_version { LB_CGROUP_NONE = 0, LB_CGROUP_V1 = 1, LB_CGROUP_V2 = 2 
 /* What the host can do, measured at start and reported by /v1/health and the runner's JSON. */
 struct lb_host_facts {
 	char kernel[65];
-	int landlock_abi;		 /* 0: none */
-	enum lb_cgroup_version cgroup;	 /* the hierarchy sandboxes' limits use */
-	bool cgroup_v2_mounted;		 /* a v2 hierarchy exists even if v1 carries the controllers */
-	char cgroup_root[256];		 /* lensbox's own subtree, e.g. /sys/fs/cgroup/lensbox or the v1 "lensbox" */
-	bool seccomp;			 /* SECCOMP_MODE_FILTER available */
-	bool user_namespaces;		 /* unprivileged... no: root may create them (max_user_namespaces > 0) */
-	bool loop_devices;		 /* /dev/loop-control usable */
-	char why_not[256];		 /* empty when sandboxes can run here; else one sentence */
+	int landlock_abi;	       /* 0: none */
+	enum lb_cgroup_version cgroup; /* the hierarchy sandboxes' limits use */
+	bool cgroup_v2_mounted;	       /* a v2 hierarchy exists even if v1 carries the controllers */
+	char cgroup_root[256];	       /* lensbox's own subtree, e.g. /sys/fs/cgroup/lensbox or the v1 "lensbox" */
+	bool seccomp;		       /* SECCOMP_MODE_FILTER available */
+	bool user_namespaces;	       /* unprivileged... no: root may create them (max_user_namespaces > 0) */
+	bool loop_devices;	       /* /dev/loop-control usable */
+	char why_not[256];	       /* empty when sandboxes can run here; else one sentence */
 };
 
 /* Measures the host against the policy (Landlock minimum ABI, cgroup controllers...). Never fails: what is
@@ -55,17 +55,18 @@ struct lb_sandbox_limits {
 };
 
 struct lb_sandbox_spec {
-	const char *name;	  /* ^[a-z0-9][a-z0-9._-]{0,62}$, names the cgroup, the mount and the run dir */
-	const char *rootfs;	  /* unpacked image root, read-only and shared */
-	const char *storage;	  /* the sandbox's own persistent directory (holds its disk image) */
-	const char *run_dir;	  /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
-	uid_t host_uid;		  /* unique to this sandbox; the only host uid it maps */
+	const char *name;    /* ^[a-z0-9][a-z0-9._-]{0,62}$, names the cgroup, the mount and the run dir */
+	const char *rootfs;  /* unpacked image root, read-only and shared */
+	const char *storage; /* the sandbox's own persistent directory (holds its disk image) */
+	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
+	uid_t host_uid;	     /* unique to this sandbox; the only host uid it maps */
 	gid_t host_gid;
-	const char *hostname;	  /* NULL: the name */
+	const char *hostname; /* NULL: the name */
 	struct lb_sandbox_limits limits;
 	enum lb_net_tier network;
 	const char *const *image_env; /* "KEY=VALUE" from the image config (PATH...), NULL-terminated, may be NULL */
 	const struct lb_policy *policy;
+	const char *resolv_conf; /* contents of /etc/resolv.conf (netfilter/ for packages and web); NULL: none */
 };
 
 struct lb_sandbox; /* opaque; owned by the caller between start and stop */
@@ -83,27 +84,27 @@ enum lb_cgroup_version lb_sandbox_cgroup_version(const struct lb_sandbox *sb);
 const char *lb_sandbox_storage_mount(const struct lb_sandbox *sb);
 
 struct lb_exec_spec {
-	const char *const *argv;    /* argv[0] is looked up in PATH inside the sandbox when it has no '/' */
-	const char *const *env;	    /* extra "KEY=VALUE" on top of the clean environment; may be NULL */
-	const char *cwd;	    /* NULL: /sandbox */
-	uint32_t timeout_ms;	    /* 0: none */
-	size_t stdout_limit;	    /* bytes kept from the start of stdout */
-	size_t stderr_limit;	    /* bytes kept from the end of stderr */
+	const char *const *argv; /* argv[0] is looked up in PATH inside the sandbox when it has no '/' */
+	const char *const *env;	 /* extra "KEY=VALUE" on top of the clean environment; may be NULL */
+	const char *cwd;	 /* NULL: /sandbox */
+	uint32_t timeout_ms;	 /* 0: none */
+	size_t stdout_limit;	 /* bytes kept from the start of stdout */
+	size_t stderr_limit;	 /* bytes kept from the end of stderr */
 };
 
 struct lb_exec_result {
-	int exit_code;		/* -1 when killed by a signal */
-	int signal;		/* 0 when it exited */
+	int exit_code; /* -1 when killed by a signal */
+	int signal;    /* 0 when it exited */
 	bool timed_out;
-	bool oom_killed;	/* the kernel OOM-killed a process of the sandbox during this run */
-	bool pids_limited;	/* a fork failed on the pids limit during this run */
+	bool oom_killed;   /* the kernel OOM-killed a process of the sandbox during this run */
+	bool pids_limited; /* a fork failed on the pids limit during this run */
 	uint64_t wall_ms;
-	uint64_t cpu_ms;	/* user + system of every process of the run */
+	uint64_t cpu_ms; /* user + system of every process of the run */
 	uint64_t peak_memory_bytes;
-	char *stdout_buf;	/* first stdout_limit bytes, raw (caller sanitises for JSON); malloc'ed */
+	char *stdout_buf; /* first stdout_limit bytes, raw (caller sanitises for JSON); malloc'ed */
 	size_t stdout_len;
-	uint64_t stdout_total;	/* every byte the program wrote */
-	char *stderr_buf;	/* last stderr_limit bytes */
+	uint64_t stdout_total; /* every byte the program wrote */
+	char *stderr_buf;      /* last stderr_limit bytes */
 	size_t stderr_len;
 	uint64_t stderr_total;
 };

@@ -1,0 +1,277 @@
+/*
+ * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h).
+ *
+ * Runs in the caller (root). Detection only reads /proc/self/mountinfo and cgroup.controllers. The choice: v2 when
+ * the cgroup2 hierarchy offers memory, cpu and pids (the design target); otherwise v1 when memory, cpu, pids and
+ * freezer are mounted as v1 hierarchies (hybrid hosts such as this project's CI); otherwise sandboxes cannot run.
+ */
+/* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
+ * a path cut at PATH_MAX only fails to open. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "cgroup.h"
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const v1_names[LB_CG1_N] = { "memory", "cpu", "cpuacct", "pids", "freezer" };
+
+const char *lb_cg_leaf_name(enum lb_cg_leaf leaf)
+{
+	return leaf == LB_CG_INIT ? "init" : "run";
+}
+
+/* True when the comma-separated list opts contains word. */
+static bool has_word(const char *opts, const char *word)
+{
+	size_t wl = strlen(word);
+	for (const char *p = opts; p && *p;) {
+		const char *c = strchr(p, ',');
+		size_t l = c ? (size_t)(c - p) : strlen(p);
+		if (l == wl && strncmp(p, word, wl) == 0)
+			return true;
+		p = c ? c + 1 : NULL;
+	}
+	return false;
+}
+
+/* True when the space-separated list s contains word (cgroup.controllers). */
+static bool has_token(const char *s, const char *word)
+{
+	size_t wl = strlen(word);
+	for (const char *p = s; *p;) {
+		while (*p == ' ' || *p == '\n')
+			p++;
+		size_t l = strcspn(p, " \n");
+		if (l == wl && strncmp(p, word, wl) == 0)
+			return true;
+		p += l;
+	}
+	return false;
+}
+
+/* Our own v2 cgroup path ("0::/path" line of /proc/self/cgroup) into buf, "" when absent. */
+static void own_v2_cgroup(char *buf, size_t size)
+{
+	buf[0] = '\0';
+	_cleanup_free_ char *s = NULL;
+	if (lb_read_file_at(AT_FDCWD, "/proc/self/cgroup", 1 << 16, &s, NULL) < 0)
+		return;
+	for (char *line = s; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (strncmp(line, "0::", 3) == 0) {
+			snprintf(buf, size, "%s", line + 3);
+			return;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+}
+
+int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
+{
+	memset(host, 0, sizeof(*host));
+	_cleanup_free_ char *mi = NULL;
+	int r = lb_read_file_at(AT_FDCWD, "/proc/self/mountinfo", 1 << 22, &mi, NULL);
+	if (r < 0)
+		return lb_error_set(err, r, "reading /proc/self/mountinfo");
+	for (char *line = mi; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		/* id parent maj:min root mountpoint opts [optional...] - fstype source superopts */
+		char *sep = strstr(line, " - ");
+		char mnt[PATH_MAX], fstype[32], superopts[512];
+		if (sep && sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
+		    sscanf(sep + 3, "%31s %*s %511s", fstype, superopts) == 2) {
+			if (strcmp(fstype, "cgroup2") == 0 && !host->v2_mounted) {
+				host->v2_mounted = true;
+				snprintf(host->v2_mount, sizeof(host->v2_mount), "%s", mnt);
+			} else if (strcmp(fstype, "cgroup") == 0) {
+				for (int c = 0; c < LB_CG1_N; c++)
+					if (has_word(superopts, v1_names[c]) && !host->v1_mount[c][0])
+						snprintf(host->v1_mount[c], sizeof(host->v1_mount[c]), "%s", mnt);
+			}
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+
+	if (host->v2_mounted) {
+		char path[PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/cgroup.controllers", host->v2_mount);
+		_cleanup_free_ char *ctl = NULL;
+		if (lb_read_file_at(AT_FDCWD, path, 4096, &ctl, NULL) == 0 && has_token(ctl, "memory") &&
+		    has_token(ctl, "cpu") && has_token(ctl, "pids")) {
+			host->version = LB_CGROUP_V2;
+			char own[PATH_MAX];
+			own_v2_cgroup(own, sizeof(own));
+			/* systemd marks a cgroup it delegated (Delegate=yes) with the trusted.delegate xattr. */
+			char ownpath[PATH_MAX * 2];
+			snprintf(ownpath, sizeof(ownpath), "%s%s", host->v2_mount, own);
+			char val[8] = "";
+			if (own[0] && strcmp(own, "/") != 0 &&
+			    getxattr(ownpath, "trusted.delegate", val, sizeof(val) - 1) > 0 && val[0] == '1') {
+				host->v2_delegated = true;
+				snprintf(host->v2_base, sizeof(host->v2_base), "%s/sandboxes", ownpath);
+			} else {
+				snprintf(host->v2_base, sizeof(host->v2_base), "%s/lensbox", host->v2_mount);
+			}
+			return 0;
+		}
+	}
+	bool v1 = true;
+	for (int c = 0; c < LB_CG1_N; c++)
+		if (c != LB_CG1_CPUACCT && !host->v1_mount[c][0])
+			v1 = false;
+	if (v1) {
+		host->version = LB_CGROUP_V1;
+		return 0;
+	}
+	return lb_error_setx(err, ENOTSUP,
+			     "no usable cgroup hierarchy: need cgroup v2 with memory, cpu and pids controllers, or v1 "
+			     "hierarchies for memory, cpu, pids and freezer");
+}
+
+static int cg_new(const struct lb_cg_host *host, const char *name, bool create, const struct lb_sandbox_limits *lim,
+		  struct lb_cgroup **ret, struct lb_error *err)
+{
+	struct lb_cgroup *cg = calloc(1, sizeof(*cg));
+	if (!cg)
+		return lb_error_set(err, ENOMEM, "allocating cgroup");
+	cg->version = host->version;
+	cg->peak_fd = -1;
+	for (int c = 0; c < LB_CG1_N; c++)
+		cg->ctrl_dir[c] = -1;
+	int r;
+	if (host->version == LB_CGROUP_V2)
+		r = lb_cg2_setup(host, cg, name, create, lim, err);
+	else if (host->version == LB_CGROUP_V1)
+		r = lb_cg1_setup(host, cg, name, create, lim, err);
+	else
+		r = lb_error_setx(err, ENOTSUP, "no cgroup hierarchy");
+	if (r < 0) {
+		if (create) {
+			struct lb_error ignored;
+			lb_cg_destroy(cg, &ignored);
+		}
+		lb_cg_free(cg);
+		return r;
+	}
+	*ret = cg;
+	return 0;
+}
+
+int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct lb_sandbox_limits *limits,
+		 struct lb_cgroup **ret, struct lb_error *err)
+{
+	return cg_new(host, name, true, limits, ret, err);
+}
+
+int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err)
+{
+	return cg_new(host, name, false, NULL, ret, err);
+}
+
+int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s/cgroup.procs", cg->dirs[i], lb_cg_leaf_name(leaf));
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd < 0) {
+			int e = errno;
+			while (n > 0)
+				close(fds[--n]);
+			return lb_error_set(err, e, "opening %s", path);
+		}
+		fds[n++] = fd;
+	}
+	*ret_n = n;
+	return 0;
+}
+
+int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s/cgroup.procs", dir, lb_cg_leaf_name(leaf));
+	for (int waited = 0;; waited++) {
+		_cleanup_free_ char *s = NULL;
+		size_t len = 0;
+		int r = lb_read_file_at(AT_FDCWD, path, 1 << 20, &s, &len);
+		if (r == -ENOENT)
+			return 0;
+		if (r < 0)
+			return r;
+		if (len == 0)
+			return 0;
+		if (waited * 1 >= timeout_ms)
+			return -EBUSY;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
+{
+	return cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, err) : lb_cg1_kill(cg, leaf, err);
+}
+
+int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret)
+{
+	if (cg->version == LB_CGROUP_V2)
+		lb_cg2_reset_peak(cg);
+	else
+		lb_cg1_reset_peak(cg);
+	return lb_cg_read_stats(cg, ret);
+}
+
+int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	return cg->version == LB_CGROUP_V2 ? lb_cg2_stats(cg, ret) : lb_cg1_stats(cg, ret);
+}
+
+int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err)
+{
+	int first = 0;
+	for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+		int r = lb_cg_kill(cg, (enum lb_cg_leaf)leaf, err);
+		if (r < 0 && r != -ENOENT && first == 0)
+			first = r;
+	}
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+			char path[PATH_MAX];
+			snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name((enum lb_cg_leaf)leaf));
+			/* rmdir of an empty leaf inside our own subtree. */
+			if (rmdir(path) < 0 && errno != ENOENT && first == 0)
+				first = lb_error_set(err, errno, "removing cgroup %s", path);
+		}
+		if (rmdir(cg->dirs[i]) < 0 && errno != ENOENT && first == 0)
+			first = lb_error_set(err, errno, "removing cgroup %s", cg->dirs[i]);
+	}
+	return first;
+}
+
+void lb_cg_free(struct lb_cgroup *cg)
+{
+	if (!cg)
+		return;
+	for (size_t i = 0; i < cg->n_dirs; i++)
+		free(cg->dirs[i]);
+	if (cg->peak_fd >= 0)
+		close(cg->peak_fd);
+	free(cg);
+}

@@ -1,0 +1,104 @@
+/*
+ * cgroup.h — the runner's internal cgroup interface: one sandbox cgroup with two leaves, `init` (the sandbox's
+ * pid 1) and `run` (the program of the current exec), limits on the parent. Two back ends behind it, one file each:
+ * cgroup_v2.c (the design target: a delegated subtree, cgroup.kill) and cgroup_v1.c (hosts that still carry
+ * memory/cpu/pids/freezer on v1: freezer + SIGKILL). cgroup.c detects which one the host has and dispatches.
+ *
+ * Runs in the caller (lensboxd or lensbox-runner, root). Invariant: nothing here creates, writes or removes a
+ * cgroup outside the `lensbox` subtree (v1: <controller mount>/lensbox; v2: /sys/fs/cgroup/lensbox or the
+ * daemon's own delegated cgroup), except that on a delegated v2 cgroup the daemon moves itself into its own leaf.
+ */
+#ifndef LB_RUNNER_CGROUP_H
+#define LB_RUNNER_CGROUP_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lb/error.h"
+#include "lb/runner.h"
+
+enum lb_cg_leaf { LB_CG_INIT = 0, LB_CG_RUN = 1 };
+
+/* v1 controllers the runner uses, in this order. cpuacct may share a mount with cpu. */
+enum lb_cg1_ctrl { LB_CG1_MEMORY, LB_CG1_CPU, LB_CG1_CPUACCT, LB_CG1_PIDS, LB_CG1_FREEZER, LB_CG1_N };
+
+/* Where the host keeps its cgroups, measured from /proc/self/mountinfo. */
+struct lb_cg_host {
+	enum lb_cgroup_version version;
+	bool v2_mounted;
+	char v2_mount[PATH_MAX];
+	/* v2: the directory under which sandboxes get their cgroup (…/lensbox or <own>/sandboxes). */
+	char v2_base[PATH_MAX];
+	bool v2_delegated;
+	/* v1: mount point of each controller's hierarchy (two may be the same, e.g. "cpu,cpuacct"). */
+	char v1_mount[LB_CG1_N][PATH_MAX];
+};
+
+/* Counters of one run, read before and after it. */
+struct lb_cg_stats {
+	uint64_t cpu_usage_ns; /* the run leaf's CPU time */
+	uint64_t oom_kills;    /* the sandbox's OOM kills (v1 without oom_kill: memory.failcnt) */
+	uint64_t pids_max;     /* forks refused by the sandbox's pids limit */
+	uint64_t peak_bytes;   /* the run leaf's peak memory since the last reset */
+};
+
+#define LB_CG_MAX_DIRS LB_CG1_N
+
+struct lb_cgroup {
+	enum lb_cgroup_version version;
+	/* The sandbox directory in every distinct hierarchy (v2: one). */
+	char *dirs[LB_CG_MAX_DIRS];
+	size_t n_dirs;
+	/* v1: which entry of dirs[] carries each controller. */
+	int ctrl_dir[LB_CG1_N];
+	int peak_fd; /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
+};
+
+/* Fills *host from /proc/self/mountinfo; -ENOTSUP with a sentence when neither v2 with memory, cpu and pids nor
+ * v1 with memory, cpu, pids and freezer is there. Never writes anything. */
+int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err);
+
+/* Creates <base>/<name> with the `init` and `run` leaves and writes the limits (swap off). An existing cgroup of
+ * the same name (left by a crash) is emptied and reused. On success *ret is the caller's (lb_cg_free). */
+int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct lb_sandbox_limits *limits,
+		 struct lb_cgroup **ret, struct lb_error *err);
+
+/* Describes the existing cgroup of a sandbox from its name only (for cleanup); does not create anything. */
+int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err);
+
+/* Opens (O_WRONLY|O_CLOEXEC) cgroup.procs of a leaf in every hierarchy: a child writes "0" into each to join.
+ * fds must hold LB_CG_MAX_DIRS entries; *ret_n is set to how many were opened. */
+int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err);
+
+/* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty. */
+int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
+
+/* Resets the run leaf's peak memory (best effort) and reads the counters. */
+int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret);
+int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
+
+/* Kills everything in both leaves, removes the leaves and the sandbox cgroup. ENOENT parts are fine. */
+int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err);
+
+void lb_cg_free(struct lb_cgroup *cg);
+
+/* Back ends (cgroup_v1.c, cgroup_v2.c); called only through the functions above. */
+int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		 const struct lb_sandbox_limits *limits, struct lb_error *err);
+int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
+int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
+int lb_cg1_reset_peak(struct lb_cgroup *cg);
+int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		 const struct lb_sandbox_limits *limits, struct lb_error *err);
+int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
+int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
+int lb_cg2_reset_peak(struct lb_cgroup *cg);
+
+/* Shared helpers for the back ends. */
+const char *lb_cg_leaf_name(enum lb_cg_leaf leaf);
+/* Waits until <dir>/<leaf>/cgroup.procs is empty, up to timeout_ms. */
+int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms);
+
+#endif

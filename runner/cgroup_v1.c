@@ -1,0 +1,239 @@
+/*
+ * cgroup_v1.c — the cgroup v1 back end: one directory `lensbox/<name>` in each of the memory, cpu, cpuacct, pids
+ * and freezer hierarchies, with the `init` and `run` leaves below it and the limits on it.
+ *
+ * Runs in the caller (root). Writes only below <controller mount>/lensbox. v1 has no cgroup.kill, so a leaf is
+ * killed by freezing it (nothing in it can fork or exit, so no pid read from cgroup.procs can be recycled under
+ * us), sending SIGKILL to each pid, then thawing it. cpuset is never touched: children inherit it.
+ */
+/* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
+ * a path cut at PATH_MAX only fails to open. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "cgroup.h"
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CFS_PERIOD_US 100000u
+
+static const char *dir_of(const struct lb_cgroup *cg, enum lb_cg1_ctrl c)
+{
+	return cg->ctrl_dir[c] >= 0 ? cg->dirs[cg->ctrl_dir[c]] : NULL;
+}
+
+static int write_in(const char *dir, const char *file, const char *value, struct lb_error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	int r = lb_write_file_at(AT_FDCWD, path, value);
+	if (r < 0)
+		return lb_error_set(err, r, "writing %s to %s", value, path);
+	return 0;
+}
+
+int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		 const struct lb_sandbox_limits *lim, struct lb_error *err)
+{
+	for (int c = 0; c < LB_CG1_N; c++) {
+		if (!host->v1_mount[c][0])
+			continue;
+		/* Controllers co-mounted in one hierarchy ("cpu,cpuacct") share one directory. */
+		int found = -1;
+		for (int p = 0; p < c; p++)
+			if (host->v1_mount[p][0] && strcmp(host->v1_mount[p], host->v1_mount[c]) == 0)
+				found = cg->ctrl_dir[p];
+		if (found >= 0) {
+			cg->ctrl_dir[c] = found;
+			continue;
+		}
+		char *dir = NULL;
+		if (asprintf(&dir, "%s/lensbox/%s", host->v1_mount[c], name) < 0)
+			return lb_error_set(err, ENOMEM, "allocating cgroup path");
+		cg->ctrl_dir[c] = (int)cg->n_dirs;
+		cg->dirs[cg->n_dirs++] = dir;
+	}
+	if (!create)
+		return 0;
+
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		/* mkdir below our own `lensbox` directory of this hierarchy only. */
+		int r = lb_mkdir_p(cg->dirs[i], 0755);
+		if (r < 0)
+			return lb_error_set(err, r, "creating cgroup %s", cg->dirs[i]);
+	}
+
+	char buf[64];
+	const char *mem = dir_of(cg, LB_CG1_MEMORY);
+	/* A fresh memory cgroup starts with no swap use; swappiness 0 before the leaves exist so they inherit it. */
+	(void)write_in(mem, "memory.swappiness", "0", NULL);
+	if (lim->memory_bytes) {
+		snprintf(buf, sizeof(buf), "%" PRIu64, lim->memory_bytes);
+		/* memsw must stay >= the memory limit: raise memsw first when growing, lower it last when shrinking. */
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/memory.memsw.limit_in_bytes", mem);
+		bool memsw = access(path, F_OK) == 0;
+		if (memsw)
+			(void)write_in(mem, "memory.memsw.limit_in_bytes", buf, NULL);
+		int r = write_in(mem, "memory.limit_in_bytes", buf, err);
+		if (r < 0)
+			return r;
+		if (memsw) {
+			r = write_in(mem, "memory.memsw.limit_in_bytes", buf, err);
+			if (r < 0)
+				return r;
+		}
+	} else {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/memory.memsw.limit_in_bytes", mem);
+		int r = write_in(mem, "memory.limit_in_bytes", "-1", err);
+		if (r < 0)
+			return r;
+		if (access(path, F_OK) == 0)
+			(void)write_in(mem, "memory.memsw.limit_in_bytes", "-1", NULL);
+	}
+
+	const char *cpu = dir_of(cg, LB_CG1_CPU);
+	int r = write_in(cpu, "cpu.cfs_period_us", "100000", err);
+	if (r < 0)
+		return r;
+	if (lim->cpu_millicores)
+		snprintf(buf, sizeof(buf), "%" PRIu64, (uint64_t)lim->cpu_millicores * CFS_PERIOD_US / 1000);
+	else
+		snprintf(buf, sizeof(buf), "-1");
+	r = write_in(cpu, "cpu.cfs_quota_us", buf, err);
+	if (r < 0)
+		return r;
+
+	if (lim->pids)
+		snprintf(buf, sizeof(buf), "%" PRIu64, lim->pids);
+	else
+		snprintf(buf, sizeof(buf), "max");
+	r = write_in(dir_of(cg, LB_CG1_PIDS), "pids.max", buf, err);
+	if (r < 0)
+		return r;
+
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+			char path[PATH_MAX];
+			snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name((enum lb_cg_leaf)leaf));
+			if (mkdir(path, 0755) < 0 && errno != EEXIST)
+				return lb_error_set(err, errno, "creating cgroup %s", path);
+		}
+	}
+	/* A cgroup left by a crash may still hold processes: the caller kills both leaves before use. */
+	return 0;
+}
+
+static int wait_state(const char *leafdir, const char *want, int timeout_ms)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/freezer.state", leafdir);
+	for (int waited = 0;; waited++) {
+		_cleanup_free_ char *s = NULL;
+		int r = lb_read_file_at(AT_FDCWD, path, 64, &s, NULL);
+		if (r < 0)
+			return r;
+		if (strncmp(s, want, strlen(want)) == 0)
+			return 0;
+		if (waited >= timeout_ms)
+			return -ETIMEDOUT;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
+{
+	const char *fz = dir_of(cg, LB_CG1_FREEZER);
+	char leafdir[PATH_MAX];
+	snprintf(leafdir, sizeof(leafdir), "%s/%s", fz, lb_cg_leaf_name(leaf));
+	char procs[PATH_MAX];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", leafdir);
+
+	/* Fast path: nothing there. */
+	_cleanup_free_ char *list = NULL;
+	size_t len = 0;
+	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	if (r == -ENOENT)
+		return -ENOENT;
+	if (r < 0)
+		return lb_error_set(err, r, "reading %s", procs);
+	if (len == 0)
+		return 0;
+	free(TAKE_PTR(list));
+
+	/* Freezing our own leaf: its processes stop where they are, so the pid list below stays exact. */
+	r = write_in(leafdir, "freezer.state", "FROZEN", err);
+	if (r < 0)
+		return r;
+	(void)wait_state(leafdir, "FROZEN", 2000); /* a task stuck in D state: kill what we can anyway */
+	r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	if (r < 0) {
+		(void)write_in(leafdir, "freezer.state", "THAWED", NULL);
+		return lb_error_set(err, r, "reading %s", procs);
+	}
+	for (char *p = list; *p;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		/* A frozen task cannot exit, so this pid is still the sandbox's process, not a recycled one. */
+		if (pid > 1)
+			kill((pid_t)pid, SIGKILL);
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	r = write_in(leafdir, "freezer.state", "THAWED", err);
+	if (r < 0)
+		return r;
+	/* Every hierarchy must see them gone before rmdir or a new run. */
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		r = lb_cg_wait_empty(cg->dirs[i], leaf, 5000);
+		if (r < 0)
+			return lb_error_set(err, r, "waiting for cgroup %s/%s to empty", cg->dirs[i],
+					    lb_cg_leaf_name(leaf));
+	}
+	return 0;
+}
+
+int lb_cg1_reset_peak(struct lb_cgroup *cg)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/run/memory.max_usage_in_bytes", dir_of(cg, LB_CG1_MEMORY));
+	return lb_write_file_at(AT_FDCWD, path, "0");
+}
+
+int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
+{
+	char path[PATH_MAX];
+	const char *mem = dir_of(cg, LB_CG1_MEMORY);
+	const char *acct = dir_of(cg, LB_CG1_CPUACCT);
+	if (acct) {
+		snprintf(path, sizeof(path), "%s/run/cpuacct.usage", acct);
+		(void)lb_read_u64_at(AT_FDCWD, path, &ret->cpu_usage_ns);
+	}
+	snprintf(path, sizeof(path), "%s/memory.oom_control", mem);
+	if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &ret->oom_kills) < 0) {
+		/* Kernels before 4.13 have no oom_kill counter: a hit on the limit is the closest sign. */
+		snprintf(path, sizeof(path), "%s/memory.failcnt", mem);
+		(void)lb_read_u64_at(AT_FDCWD, path, &ret->oom_kills);
+	}
+	snprintf(path, sizeof(path), "%s/pids.events", dir_of(cg, LB_CG1_PIDS));
+	(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &ret->pids_max);
+	snprintf(path, sizeof(path), "%s/run/memory.max_usage_in_bytes", mem);
+	(void)lb_read_u64_at(AT_FDCWD, path, &ret->peak_bytes);
+	return 0;
+}

@@ -1,0 +1,225 @@
+/*
+ * disk.c — a sandbox's storage: one sparse ext4 image, <storage>/disk.img, of the sandbox's disk limit, attached
+ * to a loop device and mounted nosuid,nodev at <run_dir>/mnt/<name> while the sandbox runs.
+ *
+ * Runs in the caller (root, host mount namespace). Why an image: the sandbox's files can never use more host disk
+ * than the image's size (a full image answers ENOSPC inside; the host's free space is untouched), its inodes are
+ * bounded too, and the whole storage is one file to move or delete. The image is sparse, so an empty sandbox costs
+ * a few MiB of host disk. The image is created by mke2fs (run with an empty environment) with its root directory
+ * owned by the sandbox's host uid; a larger limit later grows it with resize2fs; a smaller one keeps the existing
+ * size (shrinking a filesystem could lose the user's files). The loop device has LO_FLAGS_AUTOCLEAR, so it detaches
+ * itself when the last mount of the filesystem goes away, in whichever namespace that is.
+ */
+/* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
+ * a path cut at PATH_MAX only fails to open. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "internal.h"
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/loop.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DISK_IMAGE "disk.img"
+
+/* Runs a program from /usr/sbin or /sbin with an empty environment and no input or output; 0 when it exited 0. */
+static int run_tool(char *const argv[], struct lb_error *err)
+{
+	char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	pid_t pid;
+	int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	if (r != 0)
+		return lb_error_set(err, r, "running %s", argv[0]);
+	int status;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return lb_error_set(err, errno, "waiting for %s", argv[0]);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return lb_error_setx(err, EIO, "%s failed (status %d)", argv[0], status);
+	return 0;
+}
+
+int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err)
+{
+	if (disk_bytes < (16u << 20))
+		return lb_error_setx(err, EINVAL, "disk limit %" PRIu64 " is below the 16 MiB minimum", disk_bytes);
+	if (disk_bytes > ((uint64_t)1 << 42))
+		return lb_error_setx(err, EINVAL, "disk limit %" PRIu64 " is above 4 TiB", disk_bytes);
+	/* The storage directory holds only the image; root-only, so no other host user can reach the image. */
+	int r = lb_mkdir_p(storage, 0700);
+	if (r < 0)
+		return lb_error_set(err, r, "creating storage directory %s", storage);
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
+	struct stat st;
+	char size_arg[32];
+	snprintf(size_arg, sizeof(size_arg), "%" PRIu64 "K", disk_bytes / 1024);
+	if (stat(img, &st) == 0) {
+		if (!S_ISREG(st.st_mode))
+			return lb_error_setx(err, EINVAL, "%s is not a regular file", img);
+		if ((uint64_t)st.st_size >= disk_bytes)
+			return 0;
+		/* The limit grew: grow the file, then the filesystem (offline, before it is mounted). */
+		if (truncate(img, (off_t)disk_bytes) < 0)
+			return lb_error_set(err, errno, "growing %s", img);
+		char *const argv[] = { "resize2fs", "-f", img, size_arg, NULL };
+		r = run_tool(argv, err);
+		if (r < 0)
+			return lb_error_wrap(err, "growing the storage filesystem");
+		return 0;
+	}
+	if (errno != ENOENT)
+		return lb_error_set(err, errno, "inspecting %s", img);
+
+	/* A new image: made under a temporary name and renamed, so a crash never leaves a half-made disk.img. */
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s/" DISK_IMAGE ".new", storage);
+	{
+		_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd < 0)
+			return lb_error_set(err, errno, "creating %s", tmp);
+		if (ftruncate(fd, (off_t)disk_bytes) < 0)
+			return lb_error_set(err, errno, "sizing %s", tmp);
+	}
+	char extended[96];
+	snprintf(extended, sizeof(extended), "root_owner=%u:%u,lazy_itable_init=1,lazy_journal_init=1",
+		 (unsigned)owner_uid, (unsigned)owner_gid);
+	/* -m 0: no blocks reserved for root (there is no root inside); -F: it is a file, not a device. */
+	char *const argv[] = { "mke2fs", "-q", "-F", "-t", "ext4", "-m", "0", "-E", extended, tmp, NULL };
+	r = run_tool(argv, err);
+	if (r < 0) {
+		unlink(tmp);
+		return lb_error_wrap(err, "making the storage filesystem");
+	}
+	if (rename(tmp, img) < 0) {
+		r = lb_error_set(err, errno, "renaming %s", tmp);
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
+int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size)
+{
+	char img[PATH_MAX], real[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
+	if (!realpath(img, real))
+		return -errno;
+	_cleanup_closedir_ DIR *d = opendir("/sys/block");
+	if (!d)
+		return -errno;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "loop", 4) != 0)
+			continue;
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", de->d_name);
+		_cleanup_free_ char *bf = NULL;
+		if (lb_read_file_at(AT_FDCWD, path, PATH_MAX + 64, &bf, NULL) < 0)
+			continue;
+		bf[strcspn(bf, "\n")] = '\0';
+		if (strcmp(bf, real) == 0) {
+			if (ret_dev)
+				snprintf(ret_dev, size, "/dev/%s", de->d_name);
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Attaches img to a free loop device with autoclear; returns the open loop fd and its path. */
+static int loop_attach(int imgfd, const char *img, char *dev, size_t devsize, struct lb_error *err)
+{
+	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return lb_error_set(err, errno, "opening /dev/loop-control");
+	for (int attempt = 0; attempt < 32; attempt++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0)
+			return lb_error_set(err, errno, "finding a free loop device");
+		snprintf(dev, devsize, "/dev/loop%d", n);
+		int lfd = open(dev, O_RDWR | O_CLOEXEC);
+		if (lfd < 0 && errno == ENOENT) {
+			/* No devtmpfs node yet (a static /dev): the loop block device is major 7, minor n. */
+			if (mknod(dev, S_IFBLK | 0600, makedev(7, (unsigned)n)) < 0 && errno != EEXIST)
+				return lb_error_set(err, errno, "creating %s", dev);
+			lfd = open(dev, O_RDWR | O_CLOEXEC);
+		}
+		if (lfd < 0)
+			return lb_error_set(err, errno, "opening %s", dev);
+		struct loop_config cfg;
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.fd = (__u32)imgfd;
+		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+		snprintf((char *)cfg.info.lo_file_name, sizeof(cfg.info.lo_file_name), "%s", img);
+		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
+			return lfd;
+		int e = errno;
+		close(lfd);
+		if (e != EBUSY) /* EBUSY: another process took this device between GET_FREE and CONFIGURE */
+			return lb_error_set(err, e, "configuring %s", dev);
+	}
+	return lb_error_setx(err, EBUSY, "no free loop device after 32 attempts");
+}
+
+int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err)
+{
+	char img[PATH_MAX], dev[64];
+	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
+	/* Mounting one ext4 image twice would corrupt it: refuse while a loop device still holds it. */
+	if (lb_disk_find_loop(storage, dev, sizeof(dev)) == 0)
+		return lb_error_setx(err, EBUSY, "%s is still attached to %s (is the sandbox running?)", img, dev);
+	_cleanup_close_ int imgfd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (imgfd < 0)
+		return lb_error_set(err, errno, "opening %s", img);
+	int r = lb_mkdir_p(mountpoint, 0700);
+	if (r < 0)
+		return lb_error_set(err, r, "creating %s", mountpoint);
+	_cleanup_close_ int lfd = loop_attach(imgfd, img, dev, sizeof(dev), err);
+	if (lfd < 0)
+		return lfd;
+	/* The user's files are hostile: never honour setuid bits or device nodes found on them. */
+	if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro") < 0)
+		return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);
+	return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
+}
+
+int lb_disk_umount(const char *storage, const char *mountpoint, struct lb_error *err)
+{
+	if (umount2(mountpoint, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
+		if (errno != EBUSY || umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+			return lb_error_set(err, errno, "unmounting %s", mountpoint);
+	}
+	(void)rmdir(mountpoint);
+	/* The loop device goes away when the last mount in any namespace is gone; wait for it so a restart can
+	 * attach the image again. */
+	for (int i = 0; i < 2000; i++) {
+		if (lb_disk_find_loop(storage, NULL, 0) != 0)
+			return 0;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return lb_error_setx(err, EBUSY, "the storage image of %s is still attached after 2 s", mountpoint);
+}

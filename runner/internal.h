@@ -1,0 +1,103 @@
+/*
+ * internal.h — what the runner's files share and nobody else sees: the sandbox object and the helpers of the disk,
+ * root-filesystem and Landlock files.
+ *
+ * Runs in the caller (lensboxd or lensbox-runner, root). Invariant: struct lb_sandbox is owned by one caller at a
+ * time (see runner.h on threading); every fd in it is O_CLOEXEC.
+ */
+#ifndef LB_RUNNER_INTERNAL_H
+#define LB_RUNNER_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cgroup.h"
+#include "lb/error.h"
+#include "lb/policy.h"
+#include "lb/runner.h"
+
+/* The uid and gid every program runs as inside a sandbox when the policy says nothing. */
+#define LB_SANDBOX_ID_DEFAULT 1000u
+
+#define LB_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct lb_sandbox {
+	char name[64];
+	char run_dir[PATH_MAX];
+	char state_dir[PATH_MAX];   /* run_dir/sandboxes/<name>: skeleton, etc files, root mount point */
+	char storage_mnt[PATH_MAX]; /* run_dir/mnt/<name>: the disk image's mount */
+	char root_mnt[PATH_MAX];    /* state_dir/root: the read-only overlay the sandbox pivots into */
+	char storage[PATH_MAX];	    /* the storage directory (holds disk.img) */
+	pid_t init_pid;
+	int init_pidfd;
+	int landlock_fd;   /* ruleset built at start against the sandbox's own paths; -1 when ABI 0 was allowed */
+	int landlock_abi;  /* enforced on programs */
+	uint32_t uid, gid; /* inside the sandbox */
+	struct lb_cgroup *cg;
+	const struct lb_policy *policy;
+	enum lb_net_tier network;
+	char *path_env;	  /* "PATH=..." for programs */
+	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
+};
+
+/* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
+int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
+int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
+/* Unmounts mountpoint (the loop device detaches itself) and waits until the image is released. */
+int lb_disk_umount(const char *storage, const char *mountpoint, struct lb_error *err);
+/* The loop device that has storage/disk.img attached, or -ENOENT. */
+int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
+
+/* rootfs.c — the new root. The host side (root in the host's namespaces) prepares a skeleton directory and mounts
+ * a read-only overlay of skeleton + image at sb->root_mnt; the child side (inside the new user+mount namespaces)
+ * mounts /sandbox, /tmp, /dev, /proc on it, pivots into it and detaches the host. */
+struct lb_rootfs_plan;
+int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan **ret,
+		      struct lb_error *err);
+/* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names
+ * the step. */
+int lb_rootfs_enter(const struct lb_rootfs_plan *plan, const char **ret_step);
+void lb_rootfs_plan_free(struct lb_rootfs_plan *plan);
+/* Host side teardown: unmounts the overlay and removes the state directory. */
+int lb_rootfs_remove(const char *state_dir, struct lb_error *err);
+
+/* landlock.c */
+int lb_landlock_abi(void); /* the kernel's best ABI, 0 when Landlock is off */
+/* Builds the ruleset of the policy for the sandbox whose init is pid (paths resolved inside its root). *ret_abi is
+ * the ABI the ruleset uses; *ret_fd is -1 when the policy allowed running without Landlock and the kernel has none. */
+int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid_t pid, int *ret_fd, int *ret_abi,
+		      struct lb_error *err);
+
+/* What a child tells its parent through a CLOEXEC pipe: err 0 and step "" for "ready" (init) or a wait status
+ * (exec's first child, kind 'S'); else the failed step and its errno (kind 'E'). */
+struct lb_child_report {
+	int32_t kind;
+	int32_t err;
+	int32_t status;
+	char step[52];
+};
+void lb_child_report(int fd, int kind, int err, int status, const char *step);
+
+/* output.c — bounded capture of a program's output: the first `limit` bytes (head) or the last (tail), and the
+ * total count; memory never grows past `limit` whatever the program writes. */
+enum lb_capture_mode { LB_CAPTURE_HEAD, LB_CAPTURE_TAIL };
+struct lb_capture {
+	enum lb_capture_mode mode;
+	size_t limit;
+	char *buf; /* limit bytes, allocated by init */
+	size_t start, len;
+	uint64_t total;
+};
+int lb_capture_init(struct lb_capture *c, enum lb_capture_mode mode, size_t limit);
+void lb_capture_add(struct lb_capture *c, const char *data, size_t n);
+/* Hands over the kept bytes in order (NUL-terminated, malloc'ed) and resets c. */
+char *lb_capture_take(struct lb_capture *c, size_t *ret_len);
+void lb_capture_free(struct lb_capture *c);
+
+/* The sandbox's state directory for a name. */
+int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt);
+bool lb_name_valid(const char *name);
+
+#endif

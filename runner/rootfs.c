@@ -1,0 +1,351 @@
+/*
+ * rootfs.c — the sandbox's root filesystem.
+ *
+ * Two halves, in two processes:
+ *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It writes a small skeleton under
+ *    <run_dir>/sandboxes/<name>/: skel/ (mount points /sandbox /tmp /proc /dev, and the generated /etc/passwd,
+ *    group, hosts, hostname, resolv.conf) and dev/ (empty files and symlinks that become the minimal /dev). It then
+ *    mounts ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win,
+ *    and nothing in it can be written (an overlay with no upper layer is read-only). The image directory is never
+ *    modified, so many sandboxes share it.
+ *
+ *        root/ (overlay, ro,nosuid,nodev)            mounted later by the child, in its own mount namespace:
+ *          ├── etc/passwd … (skel wins)                /sandbox   bind of the storage mount (nosuid,nodev)
+ *          ├── usr bin lib … (image)                   /tmp       tmpfs size-limited (nosuid,nodev)
+ *          ├── sandbox/ tmp/ proc/ dev/ (skel)         /dev       bind of dev/ (ro) + host null zero full random
+ *                                                                 urandom tty + devpts newinstance + /dev/shm tmpfs
+ *                                                      /proc      fresh, Docker's masked and read-only paths
+ *
+ *  - lb_rootfs_enter() runs in the sandbox's first process, inside its new user and mount namespaces, with every
+ *    capability of the new user namespace and none on the host. It makes every mount private, mounts the above,
+ *    pivot_root()s into root/ and detaches the old root, so nothing of the host stays reachable. It uses only raw
+ *    syscalls on strings prepared by the first half (it runs in a child of a multithreaded process).
+ *
+ * Nothing is created by the child: inside the new user namespace its host uid (0) is unmapped, so it could not
+ * create files anyway; every mount point already exists in the skeleton.
+ */
+/* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
+ * a path cut at PATH_MAX only fails to open. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "internal.h"
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Docker's masked paths: files get /dev/null bound over them, directories an empty read-only tmpfs. */
+static const char *const masked_files[] = { "kcore",	   "keys",	  "latency_stats", "timer_list",
+					    "timer_stats", "sched_debug", "sysrq-trigger", "interrupts" };
+static const char *const masked_dirs[] = { "acpi", "asound", "scsi", "driver" };
+/* Docker's read-only paths. */
+static const char *const readonly_dirs[] = { "bus", "fs", "irq", "sys" };
+/* Device nodes bound from the host: harmless ones only (no disks, no memory, no consoles). */
+static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+
+#define N_MASKED_FILES LB_ARRAY_SIZE(masked_files)
+#define N_MASKED_DIRS  LB_ARRAY_SIZE(masked_dirs)
+#define N_RO_DIRS      LB_ARRAY_SIZE(readonly_dirs)
+#define N_DEV_NODES    LB_ARRAY_SIZE(dev_nodes)
+
+struct lb_rootfs_plan {
+	char root[PATH_MAX];
+	char storage_src[PATH_MAX], sandbox[PATH_MAX];
+	char tmp[PATH_MAX], tmp_opts[64];
+	char dev_src[PATH_MAX], dev[PATH_MAX];
+	char node_src[N_DEV_NODES][32], node[N_DEV_NODES][PATH_MAX];
+	char pts[PATH_MAX], shm[PATH_MAX], shm_opts[64];
+	char proc[PATH_MAX];
+	char masked_file[N_MASKED_FILES][PATH_MAX];
+	char masked_dir[N_MASKED_DIRS][PATH_MAX];
+	char ro_dir[N_RO_DIRS][PATH_MAX];
+	char hostname[65];
+};
+
+static int write_text(const char *dir, const char *name, const char *text, struct lb_error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return lb_error_set(err, errno, "creating %s", path);
+	int r = lb_write_all(fd, text, strlen(text));
+	if (r < 0)
+		return lb_error_set(err, r, "writing %s", path);
+	return 0;
+}
+
+static int make_dir(const char *dir, const char *name, struct lb_error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", path);
+	return 0;
+}
+
+static int make_link(const char *dir, const char *name, const char *target, struct lb_error *err)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (symlink(target, path) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", path);
+	return 0;
+}
+
+/* Overlay's lowerdir option separates layers with ':' and options with ','; refuse paths that would need escaping. */
+static bool overlay_safe(const char *p)
+{
+	return p[0] == '/' && !strpbrk(p, ",:\\\n");
+}
+
+int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan **ret,
+		      struct lb_error *err)
+{
+	if (!overlay_safe(spec->rootfs) || !overlay_safe(sb->state_dir))
+		return lb_error_setx(err, EINVAL, "rootfs and run_dir must be absolute paths without ',' ':' or '\\'");
+	struct stat st;
+	if (stat(spec->rootfs, &st) < 0)
+		return lb_error_set(err, errno, "image rootfs %s", spec->rootfs);
+	if (!S_ISDIR(st.st_mode))
+		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
+
+	const char *host = spec->hostname ? spec->hostname : spec->name;
+	if (strlen(host) > 63)
+		return lb_error_setx(err, EINVAL, "hostname longer than 63 bytes");
+	/* The state directory is root's: the sandbox never sees it, only what is mounted from it. */
+	int r = lb_mkdir_p(sb->state_dir, 0700);
+	if (r < 0)
+		return lb_error_set(err, r, "creating %s", sb->state_dir);
+	char skel[PATH_MAX], etc[PATH_MAX], dev[PATH_MAX];
+	snprintf(skel, sizeof(skel), "%s/skel", sb->state_dir);
+	snprintf(etc, sizeof(etc), "%s/etc", skel);
+	snprintf(dev, sizeof(dev), "%s/dev", sb->state_dir);
+	const char *sk_dirs[] = { "sandbox", "tmp", "proc", "dev", "etc" };
+	if (mkdir(skel, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", skel);
+	for (size_t i = 0; i < LB_ARRAY_SIZE(sk_dirs); i++)
+		if ((r = make_dir(skel, sk_dirs[i], err)) < 0)
+			return r;
+
+	char text[1024];
+	unsigned uid = sb->uid, gid = sb->gid;
+	snprintf(text, sizeof(text),
+		 "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+		 "sandbox:x:%u:%u:sandbox:/sandbox:/bin/bash\n"
+		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		 uid, gid);
+	if ((r = write_text(etc, "passwd", text, err)) < 0)
+		return r;
+	snprintf(text, sizeof(text), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", gid);
+	if ((r = write_text(etc, "group", text, err)) < 0)
+		return r;
+	snprintf(text, sizeof(text), "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+		 host);
+	if ((r = write_text(etc, "hosts", text, err)) < 0)
+		return r;
+	snprintf(text, sizeof(text), "%s\n", host);
+	if ((r = write_text(etc, "hostname", text, err)) < 0)
+		return r;
+	const char *resolv = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
+	if ((r = write_text(etc, "resolv.conf", resolv, err)) < 0)
+		return r;
+
+	if (mkdir(dev, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", dev);
+	for (size_t i = 0; i < N_DEV_NODES; i++)
+		if ((r = write_text(dev, dev_nodes[i], "", err)) < 0)
+			return r;
+	if ((r = make_dir(dev, "pts", err)) < 0 || (r = make_dir(dev, "shm", err)) < 0)
+		return r;
+	if ((r = make_link(dev, "fd", "/proc/self/fd", err)) < 0 ||
+	    (r = make_link(dev, "stdin", "/proc/self/fd/0", err)) < 0 ||
+	    (r = make_link(dev, "stdout", "/proc/self/fd/1", err)) < 0 ||
+	    (r = make_link(dev, "stderr", "/proc/self/fd/2", err)) < 0 ||
+	    (r = make_link(dev, "ptmx", "pts/ptmx", err)) < 0)
+		return r;
+
+	if (mkdir(sb->root_mnt, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", sb->root_mnt);
+	char opts[PATH_MAX * 2 + 128];
+	if ((size_t)snprintf(opts, sizeof(opts), "lowerdir=%s:%s,redirect_dir=nofollow,metacopy=off,xino=off", skel,
+			     spec->rootfs) >= sizeof(opts))
+		return lb_error_setx(err, ENAMETOOLONG, "overlay options too long");
+	/* A read-only overlay (no upper layer) of our skeleton over the image: nosuid,nodev because the image is
+	 * third-party content; redirect_dir=nofollow and metacopy=off so crafted overlay xattrs in the image are
+	 * not followed. */
+	if (mount("overlay", sb->root_mnt, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts) < 0)
+		return lb_error_set(err, errno, "mounting the read-only root overlay at %s", sb->root_mnt);
+
+	struct lb_rootfs_plan *p = calloc(1, sizeof(*p));
+	if (!p) {
+		umount2(sb->root_mnt, MNT_DETACH);
+		return lb_error_set(err, ENOMEM, "allocating the root plan");
+	}
+	const char *R = sb->root_mnt;
+	snprintf(p->root, sizeof(p->root), "%s", R);
+	snprintf(p->storage_src, sizeof(p->storage_src), "%s", sb->storage_mnt);
+	snprintf(p->sandbox, sizeof(p->sandbox), "%s/sandbox", R);
+	snprintf(p->tmp, sizeof(p->tmp), "%s/tmp", R);
+	snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%" PRIu64 ",mode=1777,nr_inodes=65536",
+		 spec->limits.tmp_bytes ? spec->limits.tmp_bytes : (uint64_t)64 << 20);
+	snprintf(p->dev_src, sizeof(p->dev_src), "%s", dev);
+	snprintf(p->dev, sizeof(p->dev), "%s/dev", R);
+	for (size_t i = 0; i < N_DEV_NODES; i++) {
+		snprintf(p->node_src[i], sizeof(p->node_src[i]), "/dev/%s", dev_nodes[i]);
+		snprintf(p->node[i], sizeof(p->node[i]), "%s/dev/%s", R, dev_nodes[i]);
+	}
+	snprintf(p->pts, sizeof(p->pts), "%s/dev/pts", R);
+	snprintf(p->shm, sizeof(p->shm), "%s/dev/shm", R);
+	snprintf(p->shm_opts, sizeof(p->shm_opts), "size=%" PRIu64 ",mode=1777,nr_inodes=16384",
+		 spec->limits.shm_bytes ? spec->limits.shm_bytes : (uint64_t)64 << 20);
+	snprintf(p->proc, sizeof(p->proc), "%s/proc", R);
+	for (size_t i = 0; i < N_MASKED_FILES; i++)
+		snprintf(p->masked_file[i], PATH_MAX, "%s/proc/%s", R, masked_files[i]);
+	for (size_t i = 0; i < N_MASKED_DIRS; i++)
+		snprintf(p->masked_dir[i], PATH_MAX, "%s/proc/%s", R, masked_dirs[i]);
+	for (size_t i = 0; i < N_RO_DIRS; i++)
+		snprintf(p->ro_dir[i], PATH_MAX, "%s/proc/%s", R, readonly_dirs[i]);
+	snprintf(p->hostname, sizeof(p->hostname), "%s", host);
+	*ret = p;
+	return 0;
+}
+
+void lb_rootfs_plan_free(struct lb_rootfs_plan *plan)
+{
+	free(plan);
+}
+
+/* Remounts the bind mount at path read-only, keeping the flags the kernel locked on it (atime, nosuid...). */
+static int remount_ro(const char *path, unsigned long extra)
+{
+	struct statvfs sv;
+	if (statvfs(path, &sv) < 0)
+		return -errno;
+	unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY | extra;
+	if (sv.f_flag & ST_NOSUID)
+		fl |= MS_NOSUID;
+	if (sv.f_flag & ST_NODEV)
+		fl |= MS_NODEV;
+	if (sv.f_flag & ST_NOEXEC)
+		fl |= MS_NOEXEC;
+	if (sv.f_flag & ST_NOATIME)
+		fl |= MS_NOATIME;
+	if (sv.f_flag & ST_NODIRATIME)
+		fl |= MS_NODIRATIME;
+	if (sv.f_flag & ST_RELATIME)
+		fl |= MS_RELATIME;
+	if (mount(NULL, path, NULL, fl, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
+#define STEP(name, expr)                    \
+	do {                                \
+		if ((expr) < 0) {           \
+			*ret_step = (name); \
+			return -errno;      \
+		}                           \
+	} while (0)
+
+int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
+{
+	/* Everything below happens in our own mount namespace (owned by the sandbox's user namespace): nothing
+	 * propagates back to the host once every mount is private. */
+	STEP("making mounts private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
+	/* The overlay came from the host's namespace, so it is locked here and pivot_root() refuses a locked new
+	 * root: bind it onto itself to get a mount of our own (its read-only, nosuid, nodev flags stay, locked). */
+	STEP("binding the new root", mount(p->root, p->root, NULL, MS_BIND, NULL));
+	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
+	STEP("mounting /sandbox", mount(p->storage_src, p->sandbox, NULL, MS_BIND, NULL));
+	STEP("mounting /tmp", mount("tmpfs", p->tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts));
+	STEP("mounting /dev", mount(p->dev_src, p->dev, NULL, MS_BIND, NULL));
+	for (size_t i = 0; i < N_DEV_NODES; i++) {
+		/* Binding the host's node keeps the device usable although our own mounts are nodev. */
+		STEP("mounting a /dev node", mount(p->node_src[i], p->node[i], NULL, MS_BIND, NULL));
+	}
+	STEP("mounting /dev/pts",
+	     mount("devpts", p->pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"));
+	STEP("mounting /dev/shm", mount("tmpfs", p->shm, "tmpfs", MS_NOSUID | MS_NODEV, p->shm_opts));
+	int r = remount_ro(p->dev, MS_NOSUID | MS_NOEXEC);
+	if (r < 0) {
+		*ret_step = "making /dev read-only";
+		return r;
+	}
+	STEP("mounting /proc", mount("proc", p->proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL));
+	for (size_t i = 0; i < N_MASKED_FILES; i++)
+		if (mount("/dev/null", p->masked_file[i], NULL, MS_BIND, NULL) < 0 && errno != ENOENT) {
+			*ret_step = "masking a /proc file";
+			return -errno;
+		}
+	for (size_t i = 0; i < N_MASKED_DIRS; i++)
+		if (mount("tmpfs", p->masked_dir[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  "size=0,mode=0555") < 0 &&
+		    errno != ENOENT) {
+			*ret_step = "masking a /proc directory";
+			return -errno;
+		}
+	for (size_t i = 0; i < N_RO_DIRS; i++) {
+		if (mount(p->ro_dir[i], p->ro_dir[i], NULL, MS_BIND | MS_REC, NULL) < 0) {
+			if (errno == ENOENT)
+				continue;
+			*ret_step = "binding a read-only /proc directory";
+			return -errno;
+		}
+		r = remount_ro(p->ro_dir[i], MS_NOSUID | MS_NODEV | MS_NOEXEC);
+		if (r < 0) {
+			*ret_step = "making a /proc directory read-only";
+			return r;
+		}
+	}
+	STEP("entering the new root", chdir(p->root));
+	/* pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no path to the host. */
+	STEP("pivot_root", (int)syscall(SYS_pivot_root, ".", "."));
+	STEP("detaching the old root", umount2(".", MNT_DETACH));
+	STEP("entering /", chdir("/"));
+	STEP("setting the hostname", sethostname(p->hostname, strlen(p->hostname)));
+	return 0;
+}
+
+int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
+{
+	char path[PATH_MAX];
+	int first = 0;
+	snprintf(path, sizeof(path), "%s/root", state_dir);
+	if (umount2(path, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
+		if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
+			first = lb_error_set(err, errno, "unmounting %s", path);
+	}
+	/* Remove exactly what lb_rootfs_prepare() made; anything else left there is a bug worth seeing. */
+	static const char *const files[] = {
+		"skel/etc/passwd", "skel/etc/group", "skel/etc/hosts", "skel/etc/hostname", "skel/etc/resolv.conf",
+		"dev/null",	   "dev/zero",	     "dev/full",       "dev/random",	    "dev/urandom",
+		"dev/tty",	   "dev/fd",	     "dev/stdin",      "dev/stdout",	    "dev/stderr",
+		"dev/ptmx"
+	};
+	static const char *const dirs[] = { "skel/etc", "skel/sandbox", "skel/tmp", "skel/proc", "skel/dev",
+					    "skel",	"dev/pts",	"dev/shm",  "dev",	 "root" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
+		snprintf(path, sizeof(path), "%s/%s", state_dir, files[i]);
+		(void)unlink(path);
+	}
+	for (size_t i = 0; i < LB_ARRAY_SIZE(dirs); i++) {
+		snprintf(path, sizeof(path), "%s/%s", state_dir, dirs[i]);
+		(void)rmdir(path);
+	}
+	if (rmdir(state_dir) < 0 && errno != ENOENT && first == 0)
+		first = lb_error_set(err, errno, "removing %s", state_dir);
+	return first;
+}

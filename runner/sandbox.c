@@ -1,0 +1,600 @@
+/*
+ * sandbox.c — a sandbox's life: start (cgroup, disk, root, namespaces, init), stop, crash cleanup.
+ *
+ * Runs in the caller (lensboxd, many threads, or lensbox-runner; root). lb_sandbox_start() reads top to bottom in
+ * the order things happen:
+ *   1. the cgroup (limits on <name>, leaves `init` and `run`),
+ *   2. the disk (ext4 image mounted nosuid,nodev at <run_dir>/mnt/<name>),
+ *   3. the root (skeleton + read-only overlay, rootfs.c),
+ *   4. clone3() into new user, mount, pid, ipc, uts and net namespaces; the parent maps uid/gid 1000 to the
+ *      sandbox's host uid/gid only (setgroups denied), puts the child into the `init` leaf and releases it,
+ *   5. the child enters a new cgroup namespace, builds its root (rootfs.c), brings up lo, drops every capability
+ *      and privilege, and becomes the sandbox's init: it reaps orphans forever, holding no fd,
+ *   6. the parent builds the Landlock ruleset against the sandbox's paths (landlock.c).
+ * Any failure undoes what was done, in reverse, and names the step. exec.c runs programs in a started sandbox.
+ *
+ * The init child is forked from a possibly multithreaded process: it uses only raw syscalls and prepared data.
+ */
+/* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
+ * a path cut at PATH_MAX only fails to open. */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "internal.h"
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/sched.h>
+#include <net/if.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWCGROUP
+#define CLONE_NEWCGROUP 0x02000000
+#endif
+
+bool lb_name_valid(const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = name[i];
+		bool ok =
+		    (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt)
+{
+	if ((size_t)snprintf(state_dir, PATH_MAX, "%s/sandboxes/%s", run_dir, name) >= PATH_MAX ||
+	    (size_t)snprintf(storage_mnt, PATH_MAX, "%s/mnt/%s", run_dir, name) >= PATH_MAX ||
+	    (size_t)snprintf(root_mnt, PATH_MAX, "%s/sandboxes/%s/root", run_dir, name) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+void lb_child_report(int fd, int kind, int err, int status, const char *step)
+{
+	struct lb_child_report rep;
+	memset(&rep, 0, sizeof(rep));
+	rep.kind = kind;
+	rep.err = err;
+	rep.status = status;
+	if (step) {
+		size_t n = strlen(step);
+		if (n >= sizeof(rep.step))
+			n = sizeof(rep.step) - 1;
+		memcpy(rep.step, step, n);
+	}
+	ssize_t w;
+	do
+		w = write(fd, &rep, sizeof(rep));
+	while (w < 0 && errno == EINTR);
+}
+
+/* Everything the init child needs, prepared before clone3(). */
+struct init_args {
+	const struct lb_rootfs_plan *plan;
+	int release_fd; /* read end: one byte when the parent has mapped ids and set the cgroup */
+	int report_fd;	/* write end, CLOEXEC */
+	uint32_t uid, gid;
+};
+
+/* Brings up the loopback interface of the new network namespace (owned by our user namespace). */
+static int loopback_up(void)
+{
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	memcpy(ifr.ifr_name, "lo", 3);
+	int r = 0;
+	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+		r = -errno;
+	else {
+		ifr.ifr_flags = (short)(ifr.ifr_flags | IFF_UP);
+		if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+			r = -errno;
+	}
+	close(s);
+	return r;
+}
+
+/* Drops to uid/gid with nothing: bounding set emptied, then setresuid() from 0 clears permitted, effective and
+ * ambient (no keep-caps), then no_new_privs and non-dumpable. */
+static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
+{
+	for (int cap = 0; cap < 64; cap++)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
+			*step = "dropping the bounding set";
+			return -errno;
+		}
+	if (syscall(SYS_setresgid, gid, gid, gid) < 0) {
+		*step = "setresgid";
+		return -errno;
+	}
+	if (syscall(SYS_setresuid, uid, uid, uid) < 0) {
+		*step = "setresuid";
+		return -errno;
+	}
+	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct data[2];
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capset, &hdr, data) < 0) {
+		*step = "clearing capabilities";
+		return -errno;
+	}
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0) {
+		*step = "clearing ambient capabilities";
+		return -errno;
+	}
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		*step = "no_new_privs";
+		return -errno;
+	}
+	/* Non-dumpable: programs of the sandbox (same uid) cannot ptrace it or open its /proc files. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		*step = "dumpable";
+		return -errno;
+	}
+	return 0;
+}
+
+static _Noreturn void init_main(const struct init_args *a)
+{
+	char byte;
+	ssize_t n;
+	do
+		n = read(a->release_fd, &byte, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(1); /* the parent gave up */
+	const char *step = NULL;
+	int r = 0;
+	/* Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
+	if (unshare(CLONE_NEWCGROUP) < 0) {
+		r = -errno;
+		step = "unsharing the cgroup namespace";
+	}
+	if (r == 0)
+		r = lb_rootfs_enter(a->plan, &step);
+	if (r == 0 && (r = loopback_up()) < 0)
+		step = "bringing up lo";
+	if (r == 0)
+		r = drop_everything(a->uid, a->gid, &step);
+	/* All signals blocked: only SIGCHLD is waited for; SIGKILL from the host still ends us. */
+	sigset_t all;
+	sigfillset(&all);
+	if (r == 0 && syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, _NSIG / 8) < 0) {
+		r = -errno;
+		step = "blocking signals";
+	}
+	if (r < 0) {
+		lb_child_report(a->report_fd, 'E', -r, 0, step);
+		_exit(1);
+	}
+	lb_child_report(a->report_fd, 'R', 0, 0, NULL);
+	/* Init holds no descriptor at all: nothing of the host can be reached through it. */
+	syscall(SYS_close_range, 0u, ~0u, 0u);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	for (;;) {
+		while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+			;
+		siginfo_t si;
+		syscall(SYS_rt_sigtimedwait, &chld, &si, NULL, _NSIG / 8);
+	}
+}
+
+static int write_proc(pid_t pid, const char *file, const char *text, struct lb_error *err)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+	int r = lb_write_file_at(AT_FDCWD, path, text);
+	if (r < 0)
+		return lb_error_set(err, r, "writing %s", path);
+	return 0;
+}
+
+static void sandbox_free(struct lb_sandbox *sb)
+{
+	if (!sb)
+		return;
+	if (sb->init_pidfd >= 0)
+		close(sb->init_pidfd);
+	if (sb->landlock_fd >= 0)
+		close(sb->landlock_fd);
+	lb_cg_free(sb->cg);
+	free(sb->path_env);
+	if (sb->image_env)
+		for (char **e = sb->image_env; *e; e++)
+			free(*e);
+	free(sb->image_env);
+	free(sb);
+}
+
+/* Kills init, its cgroup, unmounts root and storage. Used by stop and by a failed start. */
+static int teardown(struct lb_sandbox *sb, const char *storage, bool have_disk, bool have_root, struct lb_error *err)
+{
+	int first = 0;
+	struct lb_error e2;
+	if (sb->init_pidfd >= 0) {
+		/* SIGKILL to our own child through its pidfd: it cannot have been recycled. */
+		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+		siginfo_t si;
+		while (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
+	}
+	if (sb->cg) {
+		lb_error_clear(&e2);
+		int r = lb_cg_destroy(sb->cg, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
+	}
+	if (have_root) {
+		lb_error_clear(&e2);
+		int r = lb_rootfs_remove(sb->state_dir, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
+	}
+	if (have_disk) {
+		lb_error_clear(&e2);
+		int r = lb_disk_umount(storage, sb->storage_mnt, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
+	}
+	return first;
+}
+
+static int copy_env(struct lb_sandbox *sb, const char *const *image_env, struct lb_error *err)
+{
+	size_t n = 0;
+	for (const char *const *e = image_env; e && *e; e++)
+		n++;
+	sb->image_env = calloc(n + 1, sizeof(char *));
+	if (!sb->image_env)
+		return lb_error_set(err, ENOMEM, "copying the image environment");
+	size_t k = 0;
+	for (const char *const *e = image_env; e && *e; e++) {
+		if (!strchr(*e, '='))
+			continue;
+		if (strncmp(*e, "PATH=", 5) == 0) {
+			free(sb->path_env);
+			sb->path_env = strdup(*e);
+			if (!sb->path_env)
+				return lb_error_set(err, ENOMEM, "copying PATH");
+			continue;
+		}
+		if (!(sb->image_env[k++] = strdup(*e)))
+			return lb_error_set(err, ENOMEM, "copying the image environment");
+	}
+	if (!sb->path_env && !(sb->path_env = strdup("PATH=" LB_DEFAULT_PATH)))
+		return lb_error_set(err, ENOMEM, "copying PATH");
+	return 0;
+}
+
+int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
+{
+	if (!spec || !lb_name_valid(spec->name))
+		return lb_error_setx(err, EINVAL, "sandbox name must match ^[a-z0-9][a-z0-9._-]{0,62}$");
+	if (!spec->rootfs || spec->rootfs[0] != '/' || !spec->storage || spec->storage[0] != '/' || !spec->run_dir ||
+	    spec->run_dir[0] != '/')
+		return lb_error_setx(err, EINVAL, "rootfs, storage and run_dir must be absolute paths");
+	if (!spec->policy)
+		return lb_error_setx(err, EINVAL, "no policy");
+	/* Host uid 0 would make the sandbox's user the host's root for every file it touches. */
+	if (spec->host_uid == 0 || spec->host_gid == 0 || spec->host_uid == (uid_t)-1 || spec->host_gid == (gid_t)-1)
+		return lb_error_setx(err, EINVAL, "the sandbox's host uid and gid must not be 0 or -1");
+	if ((unsigned)spec->network > LB_NET_WEB)
+		return lb_error_setx(err, EINVAL, "unknown network tier");
+
+	struct lb_sandbox *sb = calloc(1, sizeof(*sb));
+	if (!sb)
+		return lb_error_set(err, ENOMEM, "allocating the sandbox");
+	sb->init_pidfd = -1;
+	sb->landlock_fd = -1;
+	sb->init_pid = -1;
+	snprintf(sb->name, sizeof(sb->name), "%s", spec->name);
+	snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", spec->run_dir);
+	if ((size_t)snprintf(sb->storage, sizeof(sb->storage), "%s", spec->storage) >= sizeof(sb->storage)) {
+		sandbox_free(sb);
+		return lb_error_setx(err, ENAMETOOLONG, "storage path too long");
+	}
+	sb->policy = spec->policy;
+	sb->network = spec->network;
+	sb->uid = spec->policy->limits.sandbox_uid ? spec->policy->limits.sandbox_uid : LB_SANDBOX_ID_DEFAULT;
+	sb->gid = spec->policy->limits.sandbox_gid ? spec->policy->limits.sandbox_gid : LB_SANDBOX_ID_DEFAULT;
+	int r = lb_state_paths(spec->run_dir, spec->name, sb->state_dir, sb->storage_mnt, sb->root_mnt);
+	if (r < 0) {
+		sandbox_free(sb);
+		return lb_error_set(err, r, "run_dir too long");
+	}
+	if ((r = copy_env(sb, spec->image_env, err)) < 0) {
+		sandbox_free(sb);
+		return r;
+	}
+	/* Landlock first: a kernel below the policy's minimum must fail before anything is created. */
+	int kabi = lb_landlock_abi();
+	const struct lb_landlock_policy *lp = &spec->policy->landlock;
+	if (kabi < lp->min_abi && (kabi < lp->degraded_min_abi || lp->degraded_min_abi >= lp->min_abi)) {
+		sandbox_free(sb);
+		return lb_error_setx(err, ENOTSUP, "starting sandbox: Landlock ABI %d is below the policy's minimum %d",
+				     kabi, lp->min_abi);
+	}
+
+	struct lb_cg_host host;
+	bool have_disk = false, have_root = false;
+	struct lb_rootfs_plan *plan = NULL;
+	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
+	pid_t pid = -1;
+
+	if ((r = lb_cg_detect(&host, err)) < 0)
+		goto fail;
+	if ((r = lb_cg_create(&host, spec->name, &spec->limits, &sb->cg, err)) < 0) {
+		lb_error_wrap(err, "creating the sandbox cgroup");
+		goto fail;
+	}
+	/* A cgroup of the same name left by a crash: empty it before use. */
+	for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++)
+		if ((r = lb_cg_kill(sb->cg, (enum lb_cg_leaf)leaf, err)) < 0 && r != -ENOENT)
+			goto fail;
+
+	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
+	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
+		lb_error_wrap(err, "preparing the storage");
+		goto fail;
+	}
+	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
+		lb_error_wrap(err, "mounting the storage");
+		goto fail;
+	}
+	have_disk = true;
+	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
+	if (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0) {
+		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
+		goto fail;
+	}
+	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
+	if ((r = lb_rootfs_prepare(sb, spec, &plan, err)) < 0) {
+		lb_error_wrap(err, "preparing the root filesystem");
+		goto fail;
+	}
+
+	if (pipe2(release, O_CLOEXEC) < 0 || pipe2(report, O_CLOEXEC) < 0) {
+		r = lb_error_set(err, errno, "creating pipes");
+		goto fail;
+	}
+	struct init_args args = {
+		.plan = plan, .release_fd = release[0], .report_fd = report[1], .uid = sb->uid, .gid = sb->gid
+	};
+	int pidfd = -1;
+	struct clone_args ca;
+	memset(&ca, 0, sizeof(ca));
+	ca.flags =
+	    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	ca.exit_signal = SIGCHLD;
+	/* clone3 without a stack behaves like fork(): the child runs init_main() on a copy of this stack. */
+	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+	if (pid < 0) {
+		r = lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
+		goto fail;
+	}
+	if (pid == 0)
+		init_main(&args);
+	sb->init_pid = pid;
+	sb->init_pidfd = pidfd;
+	close(release[0]);
+	release[0] = -1;
+	close(report[1]);
+	report[1] = -1;
+
+	/* Only the sandbox's own host uid/gid are mapped: an escaped process is nobody else on the host. */
+	char map[64];
+	snprintf(map, sizeof(map), "%u %u 1\n", sb->uid, (unsigned)spec->host_uid);
+	if ((r = write_proc(pid, "uid_map", map, err)) < 0)
+		goto fail;
+	if ((r = write_proc(pid, "setgroups", "deny", err)) < 0)
+		goto fail;
+	snprintf(map, sizeof(map), "%u %u 1\n", sb->gid, (unsigned)spec->host_gid);
+	if ((r = write_proc(pid, "gid_map", map, err)) < 0)
+		goto fail;
+	{
+		int fds[LB_CG_MAX_DIRS];
+		size_t nfds = 0;
+		if ((r = lb_cg_open_procs(sb->cg, LB_CG_INIT, fds, &nfds, err)) < 0)
+			goto fail;
+		char pidstr[16];
+		snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
+		for (size_t i = 0; i < nfds; i++) {
+			if (r == 0 && lb_write_all(fds[i], pidstr, strlen(pidstr)) < 0)
+				r = lb_error_set(err, errno, "moving init into its cgroup");
+			close(fds[i]);
+		}
+		if (r < 0)
+			goto fail;
+	}
+	if (write(release[1], "g", 1) != 1) {
+		r = lb_error_set(err, errno, "releasing init");
+		goto fail;
+	}
+	struct lb_child_report rep;
+	ssize_t n;
+	do
+		n = read(report[0], &rep, sizeof(rep));
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(rep)) {
+		r = lb_error_setx(err, EIO, "the sandbox's init died during setup");
+		goto fail;
+	}
+	if (rep.kind != 'R') {
+		rep.step[sizeof(rep.step) - 1] = '\0';
+		r = lb_error_set(err, rep.err, "building the sandbox: %s", rep.step);
+		goto fail;
+	}
+	if ((r = lb_landlock_build(spec->policy, spec->network, pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
+		goto fail;
+
+	close(release[1]);
+	close(report[0]);
+	lb_rootfs_plan_free(plan);
+	*ret = sb;
+	return 0;
+
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (release[i] >= 0)
+			close(release[i]);
+		if (report[i] >= 0)
+			close(report[i]);
+	}
+	if (pid > 0 && sb->init_pidfd < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	lb_rootfs_plan_free(plan);
+	teardown(sb, spec->storage, have_disk, have_root, NULL);
+	sandbox_free(sb);
+	return r;
+}
+
+int lb_sandbox_netns_fd(const struct lb_sandbox *sb)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)sb->init_pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	/* The pid is our child's: it cannot be recycled before we reap it; check it has not died meanwhile. */
+	if (syscall(SYS_pidfd_send_signal, sb->init_pidfd, 0, NULL, 0) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+pid_t lb_sandbox_init_pid(const struct lb_sandbox *sb)
+{
+	return sb->init_pid;
+}
+
+int lb_sandbox_landlock_abi(const struct lb_sandbox *sb)
+{
+	return sb->landlock_abi;
+}
+
+enum lb_cgroup_version lb_sandbox_cgroup_version(const struct lb_sandbox *sb)
+{
+	return sb->cg ? sb->cg->version : LB_CGROUP_NONE;
+}
+
+const char *lb_sandbox_storage_mount(const struct lb_sandbox *sb)
+{
+	return sb->storage_mnt;
+}
+
+int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
+{
+	if (!sb)
+		return 0;
+	int r = teardown(sb, sb->storage, true, true, err);
+	if (r < 0)
+		lb_error_wrap(err, "stopping sandbox %s", sb->name);
+	sandbox_free(sb);
+	return r;
+}
+
+int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *err)
+{
+	if (!lb_name_valid(name) || !run_dir || run_dir[0] != '/')
+		return lb_error_setx(err, EINVAL, "cleanup: bad sandbox name or run_dir");
+	char state[PATH_MAX], mnt[PATH_MAX], root[PATH_MAX];
+	if (lb_state_paths(run_dir, name, state, mnt, root) < 0)
+		return lb_error_setx(err, ENAMETOOLONG, "cleanup: run_dir too long");
+	int first = 0;
+	struct lb_cg_host host;
+	struct lb_error e2;
+	lb_error_clear(&e2);
+	if (lb_cg_detect(&host, &e2) == 0) {
+		struct lb_cgroup *cg = NULL;
+		if (lb_cg_open(&host, name, &cg, &e2) == 0) {
+			/* Killing the `init` leaf kills the sandbox's pid 1, and with it its whole pid namespace. */
+			int r = lb_cg_destroy(cg, &e2);
+			if (r < 0 && first == 0) {
+				first = r;
+				if (err)
+					*err = e2;
+			}
+			lb_cg_free(cg);
+		}
+	}
+	lb_error_clear(&e2);
+	int r = lb_rootfs_remove(state, &e2);
+	if (r < 0 && first == 0) {
+		first = r;
+		if (err)
+			*err = e2;
+	}
+	if (umount2(mnt, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+		umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
+	(void)rmdir(mnt);
+	return first;
+}
+
+int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err)
+{
+	if (!storage || storage[0] != '/')
+		return lb_error_setx(err, EINVAL, "storage must be an absolute path");
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/disk.img", storage);
+	if (lb_disk_find_loop(storage, NULL, 0) == 0)
+		return lb_error_setx(err, EBUSY, "%s is still in use by a running sandbox", img);
+	if (unlink(img) < 0 && errno != ENOENT)
+		return lb_error_set(err, errno, "removing %s", img);
+	snprintf(img, sizeof(img), "%s/disk.img.new", storage);
+	(void)unlink(img);
+	if (rmdir(storage) < 0 && errno != ENOENT)
+		return lb_error_set(err, errno, "removing %s", storage);
+	return 0;
+}
+
+int lb_storage_usage(const char *storage, uint64_t *ret_bytes)
+{
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/disk.img", storage);
+	struct stat st;
+	if (stat(img, &st) < 0)
+		return -errno;
+	*ret_bytes = (uint64_t)st.st_blocks * 512;
+	return 0;
+}

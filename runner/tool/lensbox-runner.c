@@ -1,0 +1,439 @@
+/*
+ * lensbox-runner — start a sandbox, run one program in it (or the same one --repeat times), stop it, and print
+ * the result as one JSON object. A thin front end over lb_runner for admins, security tests and benchmarks.
+ *
+ * Runs as root (it creates namespaces, cgroups, loop mounts). Exit status: 0 when the sandbox ran, whatever the
+ * program did (its status is in the JSON); 1 with {"error": "..."} when the sandbox could not be set up or the
+ * program could not be started; 2 on a usage error. Program output is sanitised to valid UTF-8 before printing.
+ *
+ *   lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256] [--disk 1Gi] [--timeout 60]
+ *                  [--uid 200000] [--gid UID] [--policy DIR] [--output-limit 1Mi] [--name NAME] [--network off]
+ *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep] -- argv...
+ */
+#include "lb/cleanup.h"
+#include "lb/error.h"
+#include "lb/policy.h"
+#include "lb/runner.h"
+#include "lb/units.h"
+#include "lb/utf8.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <yajl/yajl_gen.h>
+
+#ifndef LENSBOX_POLICY_DIR
+#define LENSBOX_POLICY_DIR "/etc/lensbox/policy"
+#endif
+
+#define MAX_ENV	   256
+#define MAX_REPEAT 10000
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256]\n"
+		   "       [--disk 1Gi] [--timeout 60] [--uid 200000] [--gid GID] [--policy DIR] [--output-limit 1Mi]\n"
+		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
+		   "       [--keep] -- program [args...]\n");
+}
+
+static void gen_str(yajl_gen g, const char *s)
+{
+	yajl_gen_string(g, (const unsigned char *)s, strlen(s));
+}
+
+static void gen_kv_str(yajl_gen g, const char *k, const char *v)
+{
+	gen_str(g, k);
+	gen_str(g, v);
+}
+
+static void gen_kv_int(yajl_gen g, const char *k, long long v)
+{
+	gen_str(g, k);
+	yajl_gen_integer(g, v);
+}
+
+static void gen_kv_bool(yajl_gen g, const char *k, bool v)
+{
+	gen_str(g, k);
+	yajl_gen_bool(g, v);
+}
+
+/* Program output is hostile bytes: valid UTF-8 only (invalid sequences become U+FFFD), then yajl escapes it. */
+static int gen_kv_output(yajl_gen g, const char *k, const char *buf, size_t len)
+{
+	size_t n = 0;
+	_cleanup_free_ char *clean = lb_utf8_sanitize(buf, len, &n);
+	if (!clean)
+		return -ENOMEM;
+	gen_str(g, k);
+	yajl_gen_string(g, (const unsigned char *)clean, n);
+	return 0;
+}
+
+static void print_gen(yajl_gen g)
+{
+	const unsigned char *buf;
+	size_t len;
+	yajl_gen_get_buf(g, &buf, &len);
+	fwrite(buf, 1, len, stdout);
+	fputc('\n', stdout);
+	fflush(stdout);
+}
+
+static int print_error(const char *msg)
+{
+	yajl_gen g = yajl_gen_alloc(NULL);
+	if (!g)
+		return 1;
+	yajl_gen_map_open(g);
+	size_t n = 0;
+	_cleanup_free_ char *clean = lb_utf8_sanitize(msg, strlen(msg), &n);
+	gen_str(g, "error");
+	if (clean)
+		yajl_gen_string(g, (const unsigned char *)clean, n);
+	else
+		gen_str(g, "out of memory");
+	yajl_gen_map_close(g);
+	print_gen(g);
+	yajl_gen_free(g);
+	return 1;
+}
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static const char *tier_name(enum lb_net_tier t)
+{
+	return t == LB_NET_OFF ? "off" : t == LB_NET_PACKAGES ? "packages" : "web";
+}
+
+int main(int argc, char **argv)
+{
+	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
+	const char *run_dir = "/run/lensbox-runner", *network = "off";
+	const char *memory = NULL, *cpu = NULL, *pids = NULL, *disk = NULL, *timeout = NULL, *output = NULL;
+	unsigned long uid = 200000, gid = 0, repeat = 1;
+	bool keep = false;
+	const char *env[MAX_ENV + 1];
+	size_t n_env = 0;
+
+	enum {
+		O_ROOTFS = 256,
+		O_STORAGE,
+		O_MEMORY,
+		O_CPU,
+		O_PIDS,
+		O_DISK,
+		O_TIMEOUT,
+		O_UID,
+		O_GID,
+		O_POLICY,
+		O_OUTPUT,
+		O_NAME,
+		O_NETWORK,
+		O_KEEP,
+		O_RUNDIR,
+		O_ENV,
+		O_CWD,
+		O_REPEAT,
+		O_HELP
+	};
+	static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
+					      { "storage", required_argument, NULL, O_STORAGE },
+					      { "memory", required_argument, NULL, O_MEMORY },
+					      { "cpu", required_argument, NULL, O_CPU },
+					      { "pids", required_argument, NULL, O_PIDS },
+					      { "disk", required_argument, NULL, O_DISK },
+					      { "timeout", required_argument, NULL, O_TIMEOUT },
+					      { "uid", required_argument, NULL, O_UID },
+					      { "gid", required_argument, NULL, O_GID },
+					      { "policy", required_argument, NULL, O_POLICY },
+					      { "output-limit", required_argument, NULL, O_OUTPUT },
+					      { "name", required_argument, NULL, O_NAME },
+					      { "network", required_argument, NULL, O_NETWORK },
+					      { "keep", no_argument, NULL, O_KEEP },
+					      { "run-dir", required_argument, NULL, O_RUNDIR },
+					      { "env", required_argument, NULL, O_ENV },
+					      { "cwd", required_argument, NULL, O_CWD },
+					      { "repeat", required_argument, NULL, O_REPEAT },
+					      { "help", no_argument, NULL, O_HELP },
+					      { NULL, 0, NULL, 0 } };
+	int c;
+	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		char *end;
+		switch (c) {
+		case O_ROOTFS:
+			rootfs = optarg;
+			break;
+		case O_STORAGE:
+			storage = optarg;
+			break;
+		case O_MEMORY:
+			memory = optarg;
+			break;
+		case O_CPU:
+			cpu = optarg;
+			break;
+		case O_PIDS:
+			pids = optarg;
+			break;
+		case O_DISK:
+			disk = optarg;
+			break;
+		case O_TIMEOUT:
+			timeout = optarg;
+			break;
+		case O_OUTPUT:
+			output = optarg;
+			break;
+		case O_POLICY:
+			policy_dir = optarg;
+			break;
+		case O_NAME:
+			name = optarg;
+			break;
+		case O_NETWORK:
+			network = optarg;
+			break;
+		case O_KEEP:
+			keep = true;
+			break;
+		case O_RUNDIR:
+			run_dir = optarg;
+			break;
+		case O_CWD:
+			cwd = optarg;
+			break;
+		case O_ENV:
+			if (n_env >= MAX_ENV) {
+				fprintf(stderr, "lensbox-runner: too many --env\n");
+				return 2;
+			}
+			env[n_env++] = optarg;
+			break;
+		case O_UID:
+		case O_GID:
+		case O_REPEAT: {
+			errno = 0;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (errno || *end || end == optarg || v > 0xfffffffeUL) {
+				fprintf(stderr, "lensbox-runner: bad number '%s'\n", optarg);
+				return 2;
+			}
+			if (c == O_UID)
+				uid = v;
+			else if (c == O_GID)
+				gid = v;
+			else
+				repeat = v;
+			break;
+		}
+		case O_HELP:
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	env[n_env] = NULL;
+	if (!rootfs || !storage || optind >= argc || repeat == 0 || repeat > MAX_REPEAT) {
+		usage(stderr);
+		return 2;
+	}
+	if (gid == 0)
+		gid = uid;
+
+	struct lb_error err;
+	lb_error_clear(&err);
+	struct lb_policy *policy = NULL;
+	if (lb_policy_load(policy_dir, &policy, &err) < 0) {
+		lb_error_wrap(&err, "loading the policy from %s", policy_dir);
+		return print_error(err.msg);
+	}
+
+	struct lb_sandbox_spec spec;
+	memset(&spec, 0, sizeof(spec));
+	char defname[64];
+	snprintf(defname, sizeof(defname), "runner-%d", (int)getpid());
+	spec.name = name ? name : defname;
+	spec.rootfs = rootfs;
+	spec.storage = storage;
+	spec.run_dir = run_dir;
+	spec.host_uid = (uid_t)uid;
+	spec.host_gid = (gid_t)gid;
+	spec.policy = policy;
+	const struct lb_limits_policy *pl = &policy->limits;
+	spec.limits = (struct lb_sandbox_limits){ .cpu_millicores = pl->cpu_millicores,
+						  .memory_bytes = pl->memory_bytes,
+						  .pids = pl->pids,
+						  .disk_bytes = pl->disk_bytes,
+						  .tmp_bytes = pl->tmp_bytes,
+						  .shm_bytes = pl->shm_bytes };
+	uint64_t timeout_s = pl->timeout_seconds, out_limit = pl->output_bytes;
+	int r = 0;
+	if ((memory && (r = lb_parse_size(memory, &spec.limits.memory_bytes)) < 0) ||
+	    (cpu && (r = lb_parse_cpu(cpu, &spec.limits.cpu_millicores)) < 0) ||
+	    (disk && (r = lb_parse_size(disk, &spec.limits.disk_bytes)) < 0) ||
+	    (timeout && (r = lb_parse_duration(timeout, &timeout_s)) < 0) ||
+	    (output && (r = lb_parse_size(output, &out_limit)) < 0)) {
+		lb_policy_free(policy);
+		fprintf(stderr, "lensbox-runner: bad quantity: %s\n", strerror(-r));
+		return 2;
+	}
+	if (pids) {
+		char *end;
+		errno = 0;
+		spec.limits.pids = strtoull(pids, &end, 10);
+		if (errno || *end || end == pids) {
+			lb_policy_free(policy);
+			fprintf(stderr, "lensbox-runner: bad --pids\n");
+			return 2;
+		}
+	}
+	if (strcmp(network, "off") == 0)
+		spec.network = LB_NET_OFF;
+	else {
+		/* packages and web need netfilter/'s veth and nftables, which lensboxd plugs in; not this tool. */
+		lb_policy_free(policy);
+		fprintf(stderr, "lensbox-runner: only --network off is supported by the standalone tool\n");
+		return 2;
+	}
+	if (timeout_s > 24 * 3600 || out_limit > (256u << 20)) {
+		lb_policy_free(policy);
+		fprintf(stderr, "lensbox-runner: timeout above 24h or output limit above 256Mi\n");
+		return 2;
+	}
+	static const char *const image_env[] = { "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+						 NULL };
+	spec.image_env = image_env;
+
+	/* A terminal's ^C must not leave a half-stopped sandbox: the tool finishes its stop first. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+
+	uint64_t t0 = now_us();
+	struct lb_sandbox *sb = NULL;
+	if (lb_sandbox_start(&spec, &sb, &err) < 0) {
+		lb_policy_free(policy);
+		return print_error(err.msg);
+	}
+	uint64_t t1 = now_us();
+
+	struct lb_exec_spec es = { .argv = (const char *const *)&argv[optind],
+				   .env = env,
+				   .cwd = cwd,
+				   .timeout_ms = (uint32_t)(timeout_s * 1000),
+				   .stdout_limit = out_limit,
+				   .stderr_limit = out_limit };
+	struct lb_exec_result res;
+	memset(&res, 0, sizeof(res));
+	_cleanup_free_ uint64_t *exec_us = calloc(repeat, sizeof(uint64_t));
+	int er = exec_us ? 0 : -ENOMEM;
+	for (unsigned long i = 0; i < repeat && er == 0; i++) {
+		lb_exec_result_free(&res);
+		uint64_t a = now_us();
+		er = lb_sandbox_exec(sb, &es, &res, &err);
+		exec_us[i] = now_us() - a;
+	}
+	int abi = lb_sandbox_landlock_abi(sb);
+	enum lb_cgroup_version cgv = lb_sandbox_cgroup_version(sb);
+	uint64_t t2 = now_us();
+	struct lb_error serr;
+	lb_error_clear(&serr);
+	int sr = lb_sandbox_stop(sb, &serr);
+	uint64_t t3 = now_us();
+	if (!keep) {
+		struct lb_error derr;
+		lb_sandbox_destroy_storage(storage, &derr);
+	}
+	if (er < 0) {
+		lb_policy_free(policy);
+		return print_error(err.msg);
+	}
+	if (sr < 0) {
+		lb_exec_result_free(&res);
+		lb_policy_free(policy);
+		return print_error(serr.msg);
+	}
+
+	yajl_gen g = yajl_gen_alloc(NULL);
+	if (!g)
+		return print_error("out of memory");
+	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
+	yajl_gen_map_open(g);
+	gen_kv_int(g, "exit_code", res.exit_code);
+	gen_kv_int(g, "signal", res.signal);
+	gen_kv_bool(g, "timed_out", res.timed_out);
+	gen_kv_bool(g, "oom_killed", res.oom_killed);
+	gen_kv_bool(g, "pids_limited", res.pids_limited);
+	gen_kv_int(g, "wall_ms", (long long)res.wall_ms);
+	gen_kv_int(g, "cpu_ms", (long long)res.cpu_ms);
+	gen_kv_int(g, "peak_memory_bytes", (long long)res.peak_memory_bytes);
+	int orr = gen_kv_output(g, "stdout", res.stdout_buf, res.stdout_len);
+	gen_kv_int(g, "stdout_bytes", (long long)res.stdout_total);
+	gen_kv_bool(g, "stdout_truncated", res.stdout_total > res.stdout_len);
+	if (orr == 0)
+		orr = gen_kv_output(g, "stderr", res.stderr_buf, res.stderr_len);
+	gen_kv_int(g, "stderr_bytes", (long long)res.stderr_total);
+	gen_kv_bool(g, "stderr_truncated", res.stderr_total > res.stderr_len);
+
+	gen_str(g, "isolation");
+	yajl_gen_map_open(g);
+	gen_kv_int(g, "landlock_abi", abi);
+	gen_kv_str(g, "cgroup_version", cgv == LB_CGROUP_V2 ? "v2" : cgv == LB_CGROUP_V1 ? "v1" : "none");
+	gen_str(g, "seccomp");
+	yajl_gen_map_open(g);
+	gen_kv_int(g, "mode", 2); /* SECCOMP_MODE_FILTER: exec fails rather than run without it */
+	gen_kv_int(g, "allowed_syscalls", (long long)policy->seccomp_rules);
+	gen_kv_int(g, "bpf_instructions", policy->seccomp.len);
+	yajl_gen_map_close(g);
+	gen_str(g, "namespaces");
+	yajl_gen_array_open(g);
+	static const char *const ns[] = { "user", "mnt", "pid", "ipc", "uts", "net", "cgroup" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(ns); i++)
+		gen_str(g, ns[i]);
+	yajl_gen_array_close(g);
+	char map[64];
+	unsigned in_uid = policy->limits.sandbox_uid ? policy->limits.sandbox_uid : 1000;
+	unsigned in_gid = policy->limits.sandbox_gid ? policy->limits.sandbox_gid : 1000;
+	snprintf(map, sizeof(map), "%u %lu 1", in_uid, uid);
+	gen_kv_str(g, "uid_map", map);
+	snprintf(map, sizeof(map), "%u %lu 1", in_gid, gid);
+	gen_kv_str(g, "gid_map", map);
+	gen_kv_str(g, "network", tier_name(spec.network));
+	yajl_gen_map_close(g);
+
+	gen_str(g, "timing_us");
+	yajl_gen_map_open(g);
+	gen_kv_int(g, "start", (long long)(t1 - t0));
+	gen_str(g, "exec");
+	yajl_gen_array_open(g);
+	for (unsigned long i = 0; i < repeat; i++)
+		yajl_gen_integer(g, (long long)exec_us[i]);
+	yajl_gen_array_close(g);
+	gen_kv_int(g, "stop", (long long)(t3 - t2));
+	yajl_gen_map_close(g);
+	yajl_gen_map_close(g);
+	lb_exec_result_free(&res);
+	lb_policy_free(policy);
+	if (orr < 0) {
+		yajl_gen_free(g);
+		return print_error("out of memory");
+	}
+	print_gen(g);
+	yajl_gen_free(g);
+	return 0;
+}
