@@ -1,0 +1,167 @@
+/*
+ * api_health.c — GET /v1/health and GET /metrics.
+ *
+ * Runs in lensboxd (root) on connection threads; reads only (host facts measured at start, the store's counts,
+ * atomic counters), never waits for a sandbox's turn, so it answers at once even while every sandbox is busy.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api.h"
+
+static bool have_nftables(void)
+{
+	struct stat st;
+	return stat("/proc/net/netfilter", &st) == 0 || stat("/proc/sys/net/netfilter", &st) == 0;
+}
+
+void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	struct lb_store_counts c = { 0 };
+	struct lb_error err = { 0 };
+	bool store_ok = lb_store_counts(d->store, &c, &err) == 0;
+	uint64_t running = 0, in_flight = 0;
+	lbd_sandboxes_counts(d, &running, &in_flight);
+	const char *why = lbd_cannot_run(d);
+
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "version", LENSBOX_VERSION);
+	lbd_gen_bool(g, "can_run", why == NULL && store_ok);
+	if (!store_ok)
+		lbd_gen_str(g, "why_not", err.msg);
+	else
+		lbd_gen_str(g, "why_not", why);
+	lbd_gen_key(g, "host");
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "kernel", d->host.kernel);
+	lbd_gen_int(g, "landlock_abi", d->host.landlock_abi);
+	lbd_gen_str(g, "cgroup",
+		    d->host.cgroup == LB_CGROUP_V2   ? "v2"
+		    : d->host.cgroup == LB_CGROUP_V1 ? "v1"
+						     : "none");
+	lbd_gen_bool(g, "cgroup_v2_mounted", d->host.cgroup_v2_mounted);
+	lbd_gen_bool(g, "seccomp", d->host.seccomp);
+	lbd_gen_bool(g, "nftables", have_nftables());
+	lbd_gen_bool(g, "user_namespaces", d->host.user_namespaces);
+	lbd_gen_bool(g, "loop_devices", d->host.loop_devices);
+	yajl_gen_map_close(g);
+	lbd_gen_key(g, "sandboxes");
+	yajl_gen_map_open(g);
+	lbd_gen_uint(g, "running", running);
+	lbd_gen_uint(g, "stopped", c.sandboxes_running + c.sandboxes_stopped - running);
+	lbd_gen_uint(g, "max_running", d->cfg.max_running);
+	yajl_gen_map_close(g);
+	lbd_gen_uint(g, "runs_in_flight", in_flight);
+	lbd_gen_uint(g, "uptime_seconds", (uint64_t)(lbd_now_ms() - d->started_at_ms) / 1000);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, 200);
+}
+
+/* ---- /metrics ---- */
+
+struct sbuf {
+	char *buf;
+	size_t len, cap;
+};
+
+static void sb_printf(struct sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *s, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(s->buf ? s->buf + s->len : NULL, s->buf ? s->cap - s->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if (s->buf && s->len + (size_t)n < s->cap) {
+			s->len += (size_t)n;
+			return;
+		}
+		size_t cap = s->cap ? s->cap * 2 : 8192;
+		while (cap < s->len + (size_t)n + 1)
+			cap *= 2;
+		char *nb = realloc(s->buf, cap);
+		if (!nb)
+			abort(); /* out of memory while answering: nothing sensible is left */
+		s->buf = nb;
+		s->cap = cap;
+	}
+}
+
+void lbd_api_metrics(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	struct lb_store_counts c = { 0 };
+	struct lb_error err = { 0 };
+	if (lb_store_counts(d->store, &c, &err) < 0) {
+		lbd_res_error(res, 500, "internal", "Reading the counts failed: %s", err.msg);
+		return;
+	}
+	uint64_t running = 0, in_flight = 0;
+	lbd_sandboxes_counts(d, &running, &in_flight);
+	uint64_t total = c.sandboxes_running + c.sandboxes_stopped;
+	struct sbuf s = { 0 };
+	sb_printf(&s, "# HELP lensbox_sandboxes Sandboxes by state.\n# TYPE lensbox_sandboxes gauge\n");
+	sb_printf(&s, "lensbox_sandboxes{state=\"running\"} %llu\n", (unsigned long long)running);
+	sb_printf(&s, "lensbox_sandboxes{state=\"stopped\"} %llu\n", (unsigned long long)(total - running));
+	sb_printf(&s, "# HELP lensbox_runs_total Runs by language and outcome.\n# TYPE lensbox_runs_total counter\n");
+	for (int l = 0; l < LB_LANG_COUNT; l++)
+		for (int o = 0; o < LB_RUN_OUTCOME_COUNT; o++)
+			sb_printf(&s, "lensbox_runs_total{language=\"%s\",outcome=\"%s\"} %llu\n",
+				  lb_run_language_name((enum lb_run_language)l),
+				  lb_run_outcome_name((enum lb_run_outcome)o), (unsigned long long)c.runs[l][o]);
+	sb_printf(&s, "# HELP lensbox_run_duration_seconds How long runs took.\n"
+		      "# TYPE lensbox_run_duration_seconds histogram\n");
+	uint64_t cum = 0;
+	for (int i = 0; i < LB_STORE_DURATION_BUCKETS; i++) {
+		cum += c.duration_buckets[i];
+		if (i < LB_STORE_DURATION_BUCKETS - 1)
+			sb_printf(&s, "lensbox_run_duration_seconds_bucket{le=\"%g\"} %llu\n",
+				  (double)lb_store_duration_bounds_ms[i] / 1000.0, (unsigned long long)cum);
+		else
+			sb_printf(&s, "lensbox_run_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+				  (unsigned long long)cum);
+	}
+	sb_printf(&s, "lensbox_run_duration_seconds_sum %g\n", (double)c.duration_sum_ms / 1000.0);
+	sb_printf(&s, "lensbox_run_duration_seconds_count %llu\n", (unsigned long long)c.runs_total);
+	sb_printf(
+	    &s, "# HELP lensbox_oom_kills_total Runs the kernel OOM-killed.\n# TYPE lensbox_oom_kills_total counter\n");
+	sb_printf(&s, "lensbox_oom_kills_total %llu\n", (unsigned long long)c.oom_kills);
+	sb_printf(&s, "# HELP lensbox_timeouts_total Runs killed at their time limit.\n"
+		      "# TYPE lensbox_timeouts_total counter\n");
+	sb_printf(&s, "lensbox_timeouts_total %llu\n", (unsigned long long)c.timeouts);
+	sb_printf(&s, "# HELP lensbox_runs_in_flight Runs in progress.\n# TYPE lensbox_runs_in_flight gauge\n");
+	sb_printf(&s, "lensbox_runs_in_flight %llu\n", (unsigned long long)in_flight);
+	sb_printf(&s, "# HELP lensbox_sandbox_events_total Lifecycle events since lensboxd started.\n"
+		      "# TYPE lensbox_sandbox_events_total counter\n");
+	sb_printf(&s, "lensbox_sandbox_events_total{event=\"idle_stop\"} %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.idle_stops));
+	sb_printf(&s, "lensbox_sandbox_events_total{event=\"keep_delete\"} %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.keep_deletions));
+	sb_printf(&s, "lensbox_sandbox_events_total{event=\"eviction\"} %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.evictions));
+	sb_printf(&s, "lensbox_sandbox_events_total{event=\"recreate\"} %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.recreations));
+	sb_printf(&s, "# HELP lensbox_api_requests_total API requests answered since lensboxd started, by status.\n"
+		      "# TYPE lensbox_api_requests_total counter\n");
+	for (int st = 100; st < 600; st++) {
+		uint64_t v = atomic_load(&d->metrics.requests_by_status[st]);
+		if (v)
+			sb_printf(&s, "lensbox_api_requests_total{status=\"%d\"} %llu\n", st, (unsigned long long)v);
+	}
+	sb_printf(&s, "# HELP lensbox_api_refused_total Requests from peers not in allowed_uids/allowed_gids.\n"
+		      "# TYPE lensbox_api_refused_total counter\n");
+	sb_printf(&s, "lensbox_api_refused_total %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.connections_refused));
+	free(res->body);
+	res->body = s.buf;
+	res->len = s.len;
+	res->status = 200;
+	res->content_type = "text/plain; version=0.0.4";
+}

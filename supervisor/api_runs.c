@@ -1,0 +1,394 @@
+/*
+ * api_runs.c — POST /v1/sandboxes/{name}/runs (one run), GET /v1/runs and GET /v1/runs/{id} (the ledger).
+ *
+ * Runs in lensboxd (root) on the request's connection thread, which may block for the whole run (up to 600 s):
+ * other connections have threads of their own. A run holds its sandbox's turn from ensuring the sandbox to the
+ * end of the program, so runs in one sandbox execute one at a time in arrival order.
+ *
+ * The source is written into the sandbox's own storage as /sandbox/.lensbox/<run id>/main.py (or main.sh), owned
+ * by the sandbox's uid, so tracebacks carry line numbers and a file name; it is removed after the run. Program
+ * output is hostile bytes: the runner keeps the first 4*N+4 bytes of stdout and the last 4*N+4 of stderr (N =
+ * output_limit characters; a character is at most 4 bytes), this file drops a sequence cut by that window, replaces
+ * invalid UTF-8 with U+FFFD and then cuts at N Unicode characters, so the JSON is always valid and never cuts a
+ * character. A program that fails is a 200 with its status: HTTP errors are for requests lensboxd could not serve.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "files.h"
+#include "lb/cleanup.h"
+#include "lb/log.h"
+#include "lb/units.h"
+#include "lb/utf8.h"
+
+static const struct lbd_jfield run_fields[] = {
+	{ "language", LBD_J_STRING },  { "source", LBD_J_STRING },  { "timeout_seconds", LBD_J_INT },
+	{ "output_limit", LBD_J_INT }, { "sandbox", LBD_J_OBJECT },
+};
+
+/* Length of buf without a UTF-8 sequence cut off at its end (the capture window ended inside it). */
+static size_t trim_cut_end(const char *buf, size_t len)
+{
+	for (size_t back = 1; back <= 3 && back <= len; back++) {
+		unsigned char c = (unsigned char)buf[len - back];
+		if ((c & 0xC0) == 0x80)
+			continue; /* a continuation byte: keep looking for its lead */
+		size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+		return need > back ? len - back : len;
+	}
+	return len;
+}
+
+/* Offset past continuation bytes at the start of buf (the capture window began inside a sequence). */
+static size_t skip_cut_start(const char *buf, size_t len)
+{
+	size_t i = 0;
+	while (i < 3 && i < len && ((unsigned char)buf[i] & 0xC0) == 0x80)
+		i++;
+	return i;
+}
+
+struct cut {
+	char *text; /* valid UTF-8, malloc'ed */
+	size_t len;
+	bool truncated;
+};
+
+static int cut_output(const char *buf, size_t len, uint64_t total, size_t limit, bool head, struct cut *ret)
+{
+	bool window_cut = total > len;
+	size_t start = 0, end = len;
+	if (window_cut) {
+		if (head)
+			end = trim_cut_end(buf, len);
+		else
+			start = skip_cut_start(buf, len);
+	}
+	size_t clen;
+	char *clean = lb_utf8_sanitize(buf ? buf + start : "", end - start, &clen);
+	if (!clean)
+		return -ENOMEM;
+	size_t chars = lb_utf8_count(clean, clen);
+	ret->truncated = window_cut || chars > limit;
+	if (chars > limit) {
+		if (head) {
+			clen = lb_utf8_head(clean, clen, limit);
+			clean[clen] = '\0';
+		} else {
+			size_t off = lb_utf8_tail(clean, clen, limit);
+			memmove(clean, clean + off, clen - off);
+			clen -= off;
+			clean[clen] = '\0';
+		}
+	}
+	ret->text = clean;
+	ret->len = clen;
+	return 0;
+}
+
+static const char *signal_name(int sig)
+{
+	const char *s = sigabbrev_np(sig);
+	return s ? s : "?";
+}
+
+static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, const struct lb_store_spec *spec,
+			    uint64_t pids, char *buf, size_t size)
+{
+	char a[32];
+	buf[0] = '\0';
+	if (x->timed_out)
+		snprintf(buf, size, "killed after %u s: the time limit", timeout_s);
+	else if (x->oom_killed)
+		snprintf(buf, size, "out of memory: the limit is %s", lb_format_size(spec->memory_bytes, a, sizeof(a)));
+	else if (x->signal)
+		snprintf(buf, size, "killed by signal %d (SIG%s)", x->signal, signal_name(x->signal));
+	else if (x->pids_limited)
+		snprintf(buf, size, "could not start more processes: the limit is %llu", (unsigned long long)pids);
+	else if (x->exit_code != 0)
+		snprintf(buf, size, "exited with code %d", x->exit_code);
+}
+
+void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	struct lbd_fail f = { 0 };
+	yajl_val root = NULL;
+	if (lbd_json_object(req->body, req->body_len, run_fields, LB_ARRAY_SIZE(run_fields), &root, &f) < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	yajl_val vlang = lbd_json_get(root, "language"), vsrc = lbd_json_get(root, "source");
+	yajl_val vto = lbd_json_get(root, "timeout_seconds"), vlim = lbd_json_get(root, "output_limit");
+	if (!vlang || !vsrc) {
+		lbd_res_error(res, 400, "missing_field", "A run needs `language` and `source`.");
+		goto out;
+	}
+	const char *lang = YAJL_GET_STRING(vlang);
+	bool python = strcmp(lang, "python") == 0;
+	if (!python && strcmp(lang, "bash") != 0) {
+		lbd_res_error(res, 422, "invalid_value", "`language` must be `python` or `bash`.");
+		goto out;
+	}
+	const char *source = YAJL_GET_STRING(vsrc);
+	size_t source_len = strlen(source);
+	if (source_len > LBD_SOURCE_MAX) {
+		lbd_res_error(res, 413, "source_too_large",
+			      "The source is %zu bytes; at most 1 MiB (%u bytes) can run.", source_len, LBD_SOURCE_MAX);
+		goto out;
+	}
+	long long timeout = d->cfg.default_timeout_seconds, limit = d->cfg.default_output_limit;
+	if (vto) {
+		timeout = YAJL_GET_INTEGER(vto);
+		if (timeout < 1 || timeout > 600) {
+			lbd_res_error(res, 422, "out_of_range", "`timeout_seconds` must be between 1 and 600.");
+			goto out;
+		}
+	}
+	if (vlim) {
+		limit = YAJL_GET_INTEGER(vlim);
+		if (limit < 1 || limit > 1000000) {
+			lbd_res_error(res, 422, "out_of_range", "`output_limit` must be between 1 and 1000000.");
+			goto out;
+		}
+	}
+	struct lbd_spec_request spec;
+	yajl_val vspec = lbd_json_get(root, "sandbox");
+	if (lbd_json_spec(d, vspec, &spec, &f) < 0) {
+		lbd_res_fail(res, &f);
+		goto out;
+	}
+	if (!vspec) {
+		/* No spec: an existing sandbox is used as it is; a new one gets the defaults. */
+		spec.has_image = spec.has_network = false;
+	}
+	const char *why = lbd_cannot_run(d);
+	if (why) {
+		lbd_res_error(res, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
+		goto out;
+	}
+
+	atomic_fetch_add(&d->metrics.runs_in_flight, 1);
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
+	if (!sb) {
+		atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
+		lbd_res_error(res, 500, "internal", "Out of memory.");
+		goto out;
+	}
+	struct lbd_ensure_result er = { 0 };
+	int rootfd = -1;
+	struct lb_store_run run = { 0 };
+	struct lb_exec_result x = { 0 };
+	struct lb_store_sandbox row;
+	bool ran = false;
+	char lf[700];
+	if (lbd_sandbox_ensure(d, sb, &spec, true, &er, &f) < 0) {
+		lbd_res_fail(res, &f);
+		goto release;
+	}
+	if (lb_store_sandbox_get(d->store, req->name, &row, NULL) < 0) {
+		lbd_res_error(res, 500, "internal", "The sandbox's record vanished during the run.");
+		goto release;
+	}
+	struct lb_error err = { 0 };
+	run.started_at_ms = lbd_now_ms();
+	if (lb_run_id_generate(run.started_at_ms, run.id, &err) < 0) {
+		lbd_res_error(res, 500, "internal", "Making a run id failed: %s", err.msg);
+		goto release;
+	}
+	snprintf(run.sandbox, sizeof(run.sandbox), "%s", req->name);
+	snprintf(run.language, sizeof(run.language), "%s", lang);
+	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s", run.id);
+	lbd_sandbox_touch(d, sb);
+
+	struct lb_sandbox *live = lbd_sandbox_live(sb);
+	rootfd = open(lb_sandbox_storage_mount(live), O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		lbd_res_error(res, 500, "internal", "Opening the sandbox's storage failed: %s", strerror(errno));
+		goto release;
+	}
+	char rel[128], inside[160];
+	snprintf(rel, sizeof(rel), ".lensbox/%s/main.%s", run.id, python ? "py" : "sh");
+	snprintf(inside, sizeof(inside), "/sandbox/%s", rel);
+	int r = lbd_file_write(rootfd, rel, source, source_len, 0644, row.host_uid, row.host_gid, &f);
+	if (r == -ELOOP || r == -ENOTDIR || r == -EXDEV || f.status == 409) {
+		/* The sandbox replaced .lensbox with a link or a file: take the name back (unlinking a link never
+		 * touches its target) and try once more. */
+		unlinkat(rootfd, ".lensbox", 0);
+		memset(&f, 0, sizeof(f));
+		r = lbd_file_write(rootfd, rel, source, source_len, 0644, row.host_uid, row.host_gid, &f);
+	}
+	if (r < 0) {
+		if (f.status == 413)
+			lbd_res_error(res, 413, "disk_full",
+				      "The sandbox's disk is full, so the source could not be written.");
+		else
+			lbd_res_fail(res, &f);
+		goto release;
+	}
+	const char *argv[] = { python ? "python3" : "bash", inside, NULL };
+	const char *env[] = { "HOME=/sandbox", "PYTHONPATH=/sandbox", NULL };
+	size_t window = (size_t)limit * 4 + 4;
+	struct lb_exec_spec es = {
+		.argv = argv,
+		.env = env,
+		.cwd = "/sandbox",
+		.timeout_ms = (uint32_t)timeout * 1000,
+		.stdout_limit = window,
+		.stderr_limit = window,
+	};
+	uint64_t t0 = lbd_mono_ms();
+	r = lb_sandbox_exec(live, &es, &x, &err);
+	lbd_file_remove(rootfd, rel);
+	lbd_sandbox_touch(d, sb);
+	if (r < 0) {
+		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, run.id, err.msg);
+		lb_error(lf, "running the program failed");
+		/* A sandbox whose exec machinery failed may be broken: the next run starts a fresh one. */
+		bool was;
+		struct lbd_fail f2;
+		lbd_sandbox_stop(d, sb, &was, &f2);
+		lbd_res_error(res, 500, "internal", "Running the program failed: %s", err.msg);
+		goto release;
+	}
+	ran = true;
+	run.duration_ms = x.wall_ms ? x.wall_ms : lbd_mono_ms() - t0;
+	run.exited = x.signal == 0 && x.exit_code >= 0;
+	run.exit_code = run.exited ? x.exit_code : 0;
+	run.signal = x.signal;
+	run.timed_out = x.timed_out;
+	run.oom_killed = x.oom_killed;
+	run.pids_limited = x.pids_limited;
+	run.cpu_ms = x.cpu_ms;
+	run.peak_memory_bytes = x.peak_memory_bytes;
+	run.stdout_bytes = x.stdout_total;
+	run.stderr_bytes = x.stderr_total;
+	compose_message(&x, (uint32_t)timeout, &row.spec, d->policy->limits.pids, run.message, sizeof(run.message));
+	if (lb_store_run_insert(d->store, &run, &err) < 0) {
+		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", req->name, run.id);
+		lb_error(lf, "recording the run in the ledger failed: %s", err.msg);
+	}
+release:
+	if (rootfd >= 0)
+		close(rootfd);
+	lbd_sandbox_release(d, sb);
+	atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
+	if (!ran)
+		goto out;
+
+	struct cut out = { 0 }, errc = { 0 };
+	if (cut_output(x.stdout_buf, x.stdout_len, x.stdout_total, (size_t)limit, true, &out) < 0 ||
+	    cut_output(x.stderr_buf, x.stderr_len, x.stderr_total, (size_t)limit, false, &errc) < 0) {
+		free(out.text);
+		lb_exec_result_free(&x);
+		lbd_res_error(res, 500, "internal", "Out of memory while preparing the output.");
+		goto out;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "id", run.id);
+	lbd_gen_str(g, "sandbox", run.sandbox);
+	lbd_gen_str(g, "language", run.language);
+	if (run.exited)
+		lbd_gen_int(g, "exit_code", run.exit_code);
+	else
+		lbd_gen_null(g, "exit_code");
+	lbd_gen_int(g, "signal", run.signal);
+	lbd_gen_bool(g, "timed_out", run.timed_out);
+	lbd_gen_bool(g, "oom_killed", run.oom_killed);
+	lbd_gen_bool(g, "pids_limited", run.pids_limited);
+	lbd_gen_uint(g, "duration_ms", run.duration_ms);
+	lbd_gen_uint(g, "cpu_ms", run.cpu_ms);
+	lbd_gen_uint(g, "peak_memory_bytes", run.peak_memory_bytes);
+	lbd_gen_strn(g, "stdout", out.text, out.len);
+	lbd_gen_uint(g, "stdout_bytes", run.stdout_bytes);
+	lbd_gen_bool(g, "stdout_truncated", out.truncated);
+	lbd_gen_strn(g, "stderr", errc.text, errc.len);
+	lbd_gen_uint(g, "stderr_bytes", run.stderr_bytes);
+	lbd_gen_bool(g, "stderr_truncated", errc.truncated);
+	lbd_gen_bool(g, "sandbox_created", er.created);
+	lbd_gen_bool(g, "sandbox_started", er.started);
+	lbd_gen_str(g, "recreated", er.recreated[0] ? er.recreated : NULL);
+	lbd_gen_str(g, "message", run.message[0] ? run.message : NULL);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, 200);
+	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s language=%s exit_code=%d signal=%d run_ms=%llu%s%s",
+		 run.id, run.language, run.exited ? run.exit_code : -1, run.signal, (unsigned long long)run.duration_ms,
+		 run.timed_out ? " timed_out=1" : "", run.oom_killed ? " oom_killed=1" : "");
+	free(out.text);
+	free(errc.text);
+	lb_exec_result_free(&x);
+out:
+	yajl_tree_free(root);
+}
+
+void lbd_api_runs_list(struct lbd_req *req, struct lbd_res *res)
+{
+	bool bad = false;
+	_cleanup_free_ char *sandbox = lbd_req_query(req, "sandbox", &bad);
+	_cleanup_free_ char *slimit = NULL;
+	if (!bad)
+		slimit = lbd_req_query(req, "limit", &bad);
+	if (bad) {
+		lbd_res_error(res, 400, "invalid_query", "The query string holds a NUL byte or a malformed %%-escape.");
+		return;
+	}
+	if (sandbox && !lb_store_name_valid(sandbox)) {
+		lbd_res_error(res, 400, "invalid_name",
+			      "A sandbox name is 1 to 63 characters: lower-case letters, digits, `.`, `_` and `-`, "
+			      "starting with a letter or a digit.");
+		return;
+	}
+	unsigned long limit = 100;
+	if (slimit) {
+		char *end;
+		errno = 0;
+		limit = strtoul(slimit, &end, 10);
+		if (errno || *end || !*slimit || slimit[0] == '-' || limit < 1 || limit > 1000) {
+			lbd_res_error(res, 422, "out_of_range", "`limit` must be an integer between 1 and 1000.");
+			return;
+		}
+	}
+	struct lb_store_run *list = NULL;
+	size_t n = 0;
+	struct lb_error err = { 0 };
+	if (lb_store_runs_list(req->d->store, sandbox, limit, &list, &n, &err) < 0) {
+		lbd_res_error(res, 500, "internal", "Reading the ledger failed: %s", err.msg);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_key(g, "runs");
+	yajl_gen_array_open(g);
+	for (size_t i = 0; i < n; i++)
+		lbd_gen_run(g, &list[i]);
+	yajl_gen_array_close(g);
+	yajl_gen_map_close(g);
+	free(list);
+	lbd_gen_finish(g, res, 200);
+}
+
+void lbd_api_run_get(struct lbd_req *req, struct lbd_res *res)
+{
+	_cleanup_free_ char *id = lbd_percent_decode(req->name, strlen(req->name));
+	req->name[0] = '\0'; /* not a sandbox name: keep it out of the log's sandbox= field */
+	struct lb_store_run run;
+	struct lb_error err = { 0 };
+	int r = id ? lb_store_run_get(req->d->store, id, &run, &err) : -ENOENT;
+	if (r == -ENOENT || r == -EINVAL) {
+		lbd_res_error(res, 404, "run_not_found", "There is no run with that id.");
+		return;
+	}
+	if (r < 0) {
+		lbd_res_error(res, 500, "internal", "Reading the ledger failed: %s", err.msg);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	lbd_gen_run(g, &run);
+	lbd_gen_finish(g, res, 200);
+}

@@ -1,0 +1,166 @@
+/*
+ * api_sandboxes.c — GET /v1/sandboxes, and GET/PUT/DELETE /v1/sandboxes/{name}, POST /v1/sandboxes/{name}/stop.
+ *
+ * Runs in lensboxd (root) on connection threads. Reads come from the store and never wait for a turn (a slow run
+ * does not delay a listing); changes (ensure, stop, delete) take the sandbox's turn, so they happen between runs,
+ * in arrival order.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "lb/cleanup.h"
+
+/* Writes the sandbox object including disk_used_bytes. */
+static void gen_sandbox_full(struct lbd *d, yajl_gen g, const struct lb_store_sandbox *row)
+{
+	char storage[512];
+	snprintf(storage, sizeof(storage), "%s/sandboxes/%s", d->cfg.state_dir, row->name);
+	uint64_t used = 0;
+	bool have = lb_storage_usage(storage, &used) == 0;
+	lbd_gen_sandbox_with_disk(d, g, row, have ? (int64_t)used : -1);
+}
+
+void lbd_api_sandbox_list(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lb_store_sandbox *list = NULL;
+	size_t n = 0;
+	struct lb_error err = { 0 };
+	if (lb_store_sandbox_list(req->d->store, LB_STORE_ALL, LB_STORE_BY_NAME, &list, &n, &err) < 0) {
+		lbd_res_error(res, 500, "internal", "Reading the sandboxes failed: %s", err.msg);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_key(g, "sandboxes");
+	yajl_gen_array_open(g);
+	for (size_t i = 0; i < n; i++)
+		gen_sandbox_full(req->d, g, &list[i]);
+	yajl_gen_array_close(g);
+	yajl_gen_map_close(g);
+	free(list);
+	lbd_gen_finish(g, res, 200);
+}
+
+void lbd_api_sandbox_get(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lb_store_sandbox row;
+	struct lb_error err = { 0 };
+	int r = lb_store_sandbox_get(req->d->store, req->name, &row, &err);
+	if (r == -ENOENT) {
+		lbd_res_error(res, 404, "sandbox_not_found", "There is no sandbox named %s.", req->name);
+		return;
+	}
+	if (r < 0) {
+		lbd_res_error(res, 500, "internal", "Reading the sandbox failed: %s", err.msg);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	gen_sandbox_full(req->d, g, &row);
+	lbd_gen_finish(g, res, 200);
+}
+
+void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	struct lbd_fail f = { 0 };
+	yajl_val root = NULL;
+	static const struct lbd_jfield any[] = {
+		{ "image", LBD_J_STRING },   { "network", LBD_J_STRING }, { "cpu", LBD_J_SCALAR },
+		{ "memory", LBD_J_SCALAR },  { "disk", LBD_J_SCALAR },	  { "idle_minutes", LBD_J_INT },
+		{ "keep_hours", LBD_J_INT },
+	};
+	if (lbd_json_object(req->body, req->body_len, any, LB_ARRAY_SIZE(any), &root, &f) < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	struct lbd_spec_request spec;
+	int r = lbd_json_spec(d, root, &spec, &f);
+	yajl_tree_free(root);
+	if (r < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	/* Only an image or network the request names can replace an existing sandbox; left out, they are the
+	 * defaults for a new one and leave an existing one alone. */
+	char rootfs[512], digest[LB_STORE_DIGEST_MAX + 1];
+	struct lb_error err = { 0 };
+	if (lbd_image_resolve(d, spec.spec.image, rootfs, sizeof(rootfs), digest, sizeof(digest), &err) < 0) {
+		lbd_res_error(res, 503, "image_unavailable", "The image %s is not available here: %s", spec.spec.image,
+			      err.msg);
+		return;
+	}
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
+	if (!sb) {
+		lbd_res_error(res, 500, "internal", "Out of memory.");
+		return;
+	}
+	struct lbd_ensure_result er;
+	r = lbd_sandbox_ensure(d, sb, &spec, false, &er, &f);
+	lbd_sandbox_release(d, sb);
+	if (r < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	struct lb_store_sandbox row;
+	if (lb_store_sandbox_get(d->store, req->name, &row, &err) < 0) {
+		lbd_res_error(res, 404, "sandbox_not_found", "The sandbox %s was deleted meanwhile.", req->name);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_bool(g, "created", er.created);
+	lbd_gen_str(g, "recreated", er.recreated[0] ? er.recreated : NULL);
+	lbd_gen_key(g, "sandbox");
+	gen_sandbox_full(d, g, &row);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, er.created ? 201 : 200);
+}
+
+void lbd_api_sandbox_delete(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(req->d, req->name);
+	if (!sb) {
+		lbd_res_error(res, 500, "internal", "Out of memory.");
+		return;
+	}
+	struct lbd_fail f = { 0 };
+	int r = lbd_sandbox_delete(req->d, sb, &f);
+	lbd_sandbox_release(req->d, sb);
+	if (r < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_bool(g, "deleted", true);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, 200);
+}
+
+void lbd_api_sandbox_stop(struct lbd_req *req, struct lbd_res *res)
+{
+	if (req->body_len) {
+		lbd_res_error(res, 400, "unexpected_body", "Stopping takes no request body.");
+		return;
+	}
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(req->d, req->name);
+	if (!sb) {
+		lbd_res_error(res, 500, "internal", "Out of memory.");
+		return;
+	}
+	struct lbd_fail f = { 0 };
+	bool was = false;
+	int r = lbd_sandbox_stop(req->d, sb, &was, &f);
+	lbd_sandbox_release(req->d, sb);
+	if (r < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_bool(g, "stopped", was);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, 200);
+}

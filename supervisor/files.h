@@ -1,0 +1,36 @@
+/*
+ * files.h — moving files into and out of a sandbox's storage from the host side, without ever following a link
+ * the sandbox planted (see files.c).
+ */
+#ifndef LBD_FILES_H
+#define LBD_FILES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <yajl/yajl_gen.h>
+
+#include "lensboxd.h"
+
+#define LBD_LIST_MAX 1000
+
+/* Checks a path relative to /sandbox: not empty (unless allow_empty), no leading '/', no "", "." or ".."
+ * component, at most 4095 bytes and 255 a component, not under the reserved .lensbox/. 400 invalid_path. */
+int lbd_path_check(const char *path, bool allow_empty, struct lbd_fail *f);
+
+/* Writes data to root/path atomically (a temporary file in the same directory, then rename), creating missing
+ * parents (mode 0755), every new file and directory owned by uid:gid. root is an O_PATH fd of the storage mount. */
+int lbd_file_write(int root, const char *path, const void *data, size_t len, mode_t mode, uid_t uid, gid_t gid,
+		   struct lbd_fail *f);
+
+/* Opens root/path for reading if it is a regular file of at most max bytes. */
+int lbd_file_open_read(int root, const char *path, uint64_t max, int *ret_fd, uint64_t *ret_size, struct lbd_fail *f);
+
+/* Generates {"files": [...], "more": N} for the directory root/dir ("" for the top). */
+int lbd_files_list(int root, const char *dir, bool recursive, yajl_gen g, struct lbd_fail *f);
+
+/* Removes root/path (a file) and then its parent directory if it became empty; errors are ignored. */
+void lbd_file_remove(int root, const char *path);
+
+#endif

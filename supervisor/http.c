@@ -1,0 +1,412 @@
+/*
+ * http.c — the API's transport: a Unix socket lensboxd creates itself, handed to libmicrohttpd.
+ *
+ * Runs in lensboxd (root). libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a run
+ * that takes a minute blocks only its own connection: health, listing and file requests on other connections are
+ * served at once. Connections are capped (max_connections) and time out (connection_timeout_seconds).
+ *
+ * Who may connect: the socket is root:<socket_group> mode 0660 inside a directory that no "other" user can enter;
+ * each request's peer (SO_PEERCRED: pid, uid, gid) is logged, and when allowed_uids/allowed_gids are set, a peer
+ * matching neither (root excepted: it owns the state anyway) gets 403 before its body is read.
+ *
+ * Bodies are hostile and bounded: each route declares its largest body (api.h); a Content-Length above it is
+ * answered 413 before a byte of the body is read, a chunked body that grows past it is discarded and answered 413,
+ * and all bodies held in memory at once are capped by body_memory (503 past it). Paths reach routes.c still
+ * percent-encoded (the unescape callback is the identity) so a %00 or %2F can be refused, never silently cut.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+#include "lb/log.h"
+
+struct lbd_http {
+	struct lbd *d;
+	struct MHD_Daemon *mhd;
+	int listen_fd;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
+/* One request's state across libmicrohttpd's calls of the access handler (all on the connection's thread). */
+struct conn_req {
+	uint64_t start_ms;
+	struct lbd_req req;
+	struct lbd_res res;
+	struct lbd_route_match route;
+	bool answered;	 /* res holds the answer already (an early refusal) */
+	bool too_big;	 /* the body passed route.body_max */
+	bool no_memory;	 /* the body_memory budget was exhausted */
+	size_t reserved; /* bytes of d->body_bytes this request holds */
+	size_t cap;
+	char path_log[160];
+};
+
+static size_t identity_unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+	(void)cls;
+	(void)c;
+	return strlen(s);
+}
+
+static bool peer_allowed(const struct lbd_config *cfg, uid_t uid, gid_t gid)
+{
+	if (cfg->n_allowed_uids == 0 && cfg->n_allowed_gids == 0)
+		return true;
+	if (uid == 0)
+		return true;
+	for (size_t i = 0; i < cfg->n_allowed_uids; i++)
+		if (cfg->allowed_uids[i] == uid)
+			return true;
+	for (size_t i = 0; i < cfg->n_allowed_gids; i++)
+		if (cfg->allowed_gids[i] == gid)
+			return true;
+	return false;
+}
+
+static bool reserve_body(struct lbd *d, struct conn_req *cr, size_t more)
+{
+	uint64_t now = atomic_fetch_add(&d->body_bytes, more) + more;
+	if (now > d->cfg.body_memory_bytes) {
+		atomic_fetch_sub(&d->body_bytes, more);
+		return false;
+	}
+	cr->reserved += more;
+	return true;
+}
+
+static void log_request(struct conn_req *cr)
+{
+	char fields[512];
+	snprintf(fields, sizeof(fields),
+		 "method=%s path=%s status=%d duration_ms=%llu peer_uid=%u peer_gid=%u peer_pid=%d%s%s%s%s",
+		 cr->req.method, cr->path_log, cr->res.status, (unsigned long long)(lbd_mono_ms() - cr->start_ms),
+		 (unsigned)cr->req.peer_uid, (unsigned)cr->req.peer_gid, (int)cr->req.peer_pid,
+		 cr->req.name[0] ? " sandbox=" : "", cr->req.name, cr->res.log_fields[0] ? " " : "",
+		 cr->res.log_fields);
+	if (cr->res.status >= 500)
+		lb_error(fields, "request failed");
+	else
+		lb_info(fields, "request");
+}
+
+static enum MHD_Result send_res(struct lbd *d, struct MHD_Connection *conn, struct conn_req *cr)
+{
+	struct lbd_res *res = &cr->res;
+	struct MHD_Response *r;
+	if (res->fd >= 0) {
+		r = MHD_create_response_from_fd64(res->fd_size, res->fd);
+		if (r)
+			res->fd = -1; /* libmicrohttpd closes it with the response */
+	} else {
+		r = MHD_create_response_from_buffer(res->len, res->body, MHD_RESPMEM_MUST_FREE);
+		if (r)
+			res->body = NULL;
+	}
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+				res->content_type ? res->content_type : "application/json");
+	int status = res->status >= 100 && res->status < 600 ? res->status : 500;
+	atomic_fetch_add(&d->metrics.requests_by_status[status], 1);
+	atomic_fetch_add(&d->metrics.requests_by_class[status / 100], 1);
+	enum MHD_Result q = MHD_queue_response(conn, (unsigned)status, r);
+	MHD_destroy_response(r);
+	log_request(cr);
+	return q;
+}
+
+static const char *too_large_code(const struct conn_req *cr)
+{
+	return cr->route.too_large_code ? cr->route.too_large_code : "body_too_large";
+}
+
+const char *lbd_http_query_raw(struct lbd_req *req, const char *key)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static void copy_for_log(char *dst, size_t size, const char *s)
+{
+	size_t i = 0;
+	for (; s[i] && i + 1 < size; i++)
+		dst[i] = (s[i] > 32 && s[i] < 127 && s[i] != '"') ? s[i] : '?';
+	dst[i] = '\0';
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				  const char *version, const char *upload_data, size_t *upload_data_size,
+				  void **con_cls)
+{
+	(void)version;
+	struct lbd *d = cls;
+	struct conn_req *cr = *con_cls;
+
+	if (!cr) {
+		cr = calloc(1, sizeof(*cr));
+		if (!cr)
+			return MHD_NO;
+		*con_cls = cr;
+		cr->start_ms = lbd_mono_ms();
+		cr->res.fd = -1;
+		cr->req.d = d;
+		cr->req.conn = conn;
+		cr->req.method = method;
+		cr->req.peer_uid = (uid_t)-1;
+		cr->req.peer_gid = (gid_t)-1;
+		copy_for_log(cr->path_log, sizeof(cr->path_log), url);
+
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct ucred uc;
+		socklen_t ul = sizeof(uc);
+		if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0) {
+			lbd_res_error(&cr->res, 500, "internal", "Could not read the caller's credentials.");
+			cr->answered = true;
+			return send_res(d, conn, cr);
+		}
+		cr->req.peer_pid = uc.pid;
+		cr->req.peer_uid = uc.uid;
+		cr->req.peer_gid = uc.gid;
+		if (!peer_allowed(&d->cfg, uc.uid, uc.gid)) {
+			atomic_fetch_add(&d->metrics.connections_refused, 1);
+			lbd_res_error(
+			    &cr->res, 403, "forbidden",
+			    "uid %u (gid %u) may not use lensboxd: it is not in allowed_uids or allowed_gids.",
+			    (unsigned)uc.uid, (unsigned)uc.gid);
+			cr->answered = true;
+			return send_res(d, conn, cr);
+		}
+		/* The path without the query string, still percent-encoded (identity unescape). */
+		if (lbd_route(method, url, &cr->route, &cr->res) < 0) {
+			cr->answered = true;
+			return send_res(d, conn, cr);
+		}
+		snprintf(cr->req.name, sizeof(cr->req.name), "%s", cr->route.name);
+		cr->req.file_path = TAKE_PTR(cr->route.file_path);
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl) {
+			char *end;
+			errno = 0;
+			unsigned long long n = strtoull(cl, &end, 10);
+			if (errno || *end || n > cr->route.body_max) {
+				lbd_res_error(
+				    &cr->res, 413, too_large_code(cr),
+				    "The request body (%s bytes) is larger than this endpoint takes (%zu bytes).", cl,
+				    cr->route.body_max);
+				cr->answered = true;
+				return send_res(d, conn, cr);
+			}
+			if (n > 0 && !reserve_body(d, cr, (size_t)n + 1)) {
+				lbd_res_error(&cr->res, 503, "busy",
+					      "Too many large requests are in progress; try again in a moment.");
+				cr->answered = true;
+				return send_res(d, conn, cr);
+			}
+		}
+		return MHD_YES;
+	}
+
+	if (*upload_data_size) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (cr->answered || cr->too_big || cr->no_memory)
+			return MHD_YES; /* discarding the rest of a refused body */
+		if (cr->req.body_len + n > cr->route.body_max) {
+			cr->too_big = true;
+			free(TAKE_PTR(cr->req.body));
+			cr->req.body_len = cr->cap = 0;
+			return MHD_YES;
+		}
+		if (cr->req.body_len + n + 1 > cr->cap) {
+			size_t want = cr->req.body_len + n + 1;
+			size_t cap = cr->cap ? cr->cap : 4096;
+			while (cap < want)
+				cap *= 2;
+			if (cap > cr->route.body_max + 1)
+				cap = cr->route.body_max + 1;
+			if (cap > cr->reserved && !reserve_body(d, cr, cap - cr->reserved)) {
+				cr->no_memory = true;
+				free(TAKE_PTR(cr->req.body));
+				cr->req.body_len = cr->cap = 0;
+				return MHD_YES;
+			}
+			char *nb = realloc(cr->req.body, cap);
+			if (!nb)
+				return MHD_NO;
+			cr->req.body = nb;
+			cr->cap = cap;
+		}
+		memcpy(cr->req.body + cr->req.body_len, upload_data, n);
+		cr->req.body_len += n;
+		cr->req.body[cr->req.body_len] = '\0';
+		return MHD_YES;
+	}
+
+	if (cr->answered)
+		return MHD_YES; /* already queued */
+	cr->answered = true;
+	if (cr->too_big)
+		lbd_res_error(&cr->res, 413, too_large_code(cr),
+			      "The request body is larger than this endpoint takes (%zu bytes).", cr->route.body_max);
+	else if (cr->no_memory)
+		lbd_res_error(&cr->res, 503, "busy", "Too many large requests are in progress; try again in a moment.");
+	else
+		cr->route.handler(&cr->req, &cr->res);
+	if (cr->res.status == 0)
+		lbd_res_error(&cr->res, 500, "internal", "The handler produced no answer (a bug).");
+	return send_res(d, conn, cr);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+	(void)conn;
+	(void)toe;
+	struct lbd *d = cls;
+	struct conn_req *cr = *con_cls;
+	if (!cr)
+		return;
+	if (cr->reserved)
+		atomic_fetch_sub(&d->body_bytes, cr->reserved);
+	free(cr->req.body);
+	free(cr->req.file_path);
+	free(cr->route.file_path);
+	free(cr->res.body);
+	if (cr->res.fd >= 0)
+		close(cr->res.fd);
+	free(cr);
+	*con_cls = NULL;
+}
+
+/* Creates the socket's directory (root:group 0750) when missing and refuses one that others can enter. */
+static int prepare_socket_dir(const char *sock_path, gid_t gid, struct lb_error *err)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	snprintf(dir, sizeof(dir), "%s", sock_path);
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return lb_error_setx(err, EINVAL, "socket path %s must be inside a directory of its own", sock_path);
+	*slash = '\0';
+	struct stat st;
+	if (stat(dir, &st) < 0) {
+		int r = lb_mkdir_p(dir, 0750);
+		if (r < 0)
+			return lb_error_set(err, r, "creating socket directory %s", dir);
+		/* Safe: we just created this directory; root owns it and only the API group may enter it. */
+		if (chown(dir, 0, gid) < 0)
+			return lb_error_set(err, errno, "chown %s", dir);
+		if (chmod(dir, 0750) < 0)
+			return lb_error_set(err, errno, "chmod %s", dir);
+		if (stat(dir, &st) < 0)
+			return lb_error_set(err, errno, "stat %s", dir);
+	}
+	if (!S_ISDIR(st.st_mode))
+		return lb_error_setx(err, ENOTDIR, "socket directory %s is not a directory", dir);
+	if (st.st_mode & 0007)
+		return lb_error_setx(err, EPERM,
+				     "socket directory %s is accessible to every user (mode %04o); give lensboxd a "
+				     "directory of its own (root, mode 0750)",
+				     dir, (unsigned)(st.st_mode & 07777));
+	if (st.st_uid != 0)
+		return lb_error_setx(err, EPERM, "socket directory %s must be owned by root", dir);
+	return 0;
+}
+
+static int make_socket(const struct lbd_config *cfg, struct lb_error *err)
+{
+	gid_t gid = 0;
+	if (cfg->socket_group[0] && strcmp(cfg->socket_group, "root") != 0) {
+		struct group gr, *res = NULL;
+		char buf[4096];
+		if (getgrnam_r(cfg->socket_group, &gr, buf, sizeof(buf), &res) != 0 || !res)
+			return lb_error_setx(err, ENOENT, "socket_group `%s` does not exist", cfg->socket_group);
+		gid = gr.gr_gid;
+	}
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
+		return lb_error_setx(err, ENAMETOOLONG, "socket path %s is too long", cfg->socket_path);
+	int r = prepare_socket_dir(cfg->socket_path, gid, err);
+	if (r < 0)
+		return r;
+	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path) + 1);
+	struct stat st;
+	if (lstat(cfg->socket_path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return lb_error_setx(err, EEXIST, "%s exists and is not a socket", cfg->socket_path);
+		/* A socket left by a previous instance (a crash); the directory is ours, so this is its. */
+		if (unlink(cfg->socket_path) < 0)
+			return lb_error_set(err, errno, "removing stale socket %s", cfg->socket_path);
+	}
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return lb_error_set(err, errno, "socket");
+	/* Created 0600 (umask 0177 around bind) and only then opened to the group, so it is never wider. */
+	mode_t old = umask(0177);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int bind_errno = errno;
+	umask(old);
+	if (r < 0)
+		return lb_error_set(err, bind_errno, "binding %s", cfg->socket_path);
+	/* Safe: the path is the socket we just bound in a root-owned directory others cannot enter. */
+	if (chown(cfg->socket_path, 0, gid) < 0)
+		return lb_error_set(err, errno, "chown %s", cfg->socket_path);
+	if (chmod(cfg->socket_path, 0660) < 0)
+		return lb_error_set(err, errno, "chmod %s", cfg->socket_path);
+	if (listen(fd, 1024) < 0)
+		return lb_error_set(err, errno, "listen on %s", cfg->socket_path);
+	return TAKE_FD(fd);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	(void)cls;
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	lb_debug("component=libmicrohttpd", "%s", msg);
+}
+
+int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err)
+{
+	_cleanup_free_ struct lbd_http *h = calloc(1, sizeof(*h));
+	if (!h)
+		return lb_error_set(err, ENOMEM, "allocating the HTTP server");
+	h->d = d;
+	int fd = make_socket(&d->cfg, err);
+	if (fd < 0)
+		return lb_error_wrap(err, "creating the API socket");
+	h->listen_fd = fd;
+	snprintf(h->path, sizeof(h->path), "%s", d->cfg.socket_path);
+	h->mhd =
+	    MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+				 MHD_USE_ERROR_LOG | MHD_USE_ITC,
+			     0, NULL, NULL, on_request, d, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
+			     on_completed, d, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL,
+			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
+			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_seconds,
+			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_THREAD_STACK_SIZE,
+			     (size_t)(512 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	if (!h->mhd) {
+		close(fd);
+		unlink(h->path);
+		return lb_error_setx(err, EIO, "libmicrohttpd could not start on %s", d->cfg.socket_path);
+	}
+	*ret = TAKE_PTR(h);
+	return 0;
+}
+
+void lbd_http_stop(struct lbd_http *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->mhd); /* also closes the listening socket it was handed */
+	unlink(h->path);
+	free(h);
+}

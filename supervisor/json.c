@@ -1,0 +1,446 @@
+/*
+ * json.c — request bodies in, response bodies out (see api.h). yajl parses and generates; nothing here writes JSON
+ * by hand.
+ *
+ * Runs in lensboxd (root) on connection threads; pure functions over bounded buffers. Request bodies are hostile:
+ * they arrive here already bounded in size (http.c), and are checked for a NUL byte (yajl_tree_parse reads a C
+ * string, so a NUL would silently cut the document), for being exactly one object, for unknown or repeated keys
+ * and for each value's type, before any handler reads a field. Strings yajl generates are escaped by yajl; text
+ * that comes from a sandbox is made valid UTF-8 before it gets here (runs.c).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api.h"
+#include "lb/cleanup.h"
+#include "lb/units.h"
+
+void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
+{
+	f->status = status;
+	snprintf(f->code, sizeof(f->code), "%s", code);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(f->message, sizeof(f->message), fmt, ap);
+	va_end(ap);
+}
+
+yajl_val lbd_json_get(yajl_val obj, const char *key)
+{
+	if (!obj || !YAJL_IS_OBJECT(obj))
+		return NULL;
+	for (size_t i = 0; i < obj->u.object.len; i++)
+		if (strcmp(obj->u.object.keys[i], key) == 0)
+			return obj->u.object.values[i];
+	return NULL;
+}
+
+const char *lbd_json_text(yajl_val v)
+{
+	if (!v)
+		return NULL;
+	if (YAJL_IS_STRING(v))
+		return YAJL_GET_STRING(v);
+	if (YAJL_IS_NUMBER(v))
+		return YAJL_GET_NUMBER(v);
+	return NULL;
+}
+
+static const char *type_name(enum lbd_jtype t)
+{
+	switch (t) {
+	case LBD_J_STRING:
+		return "a string";
+	case LBD_J_INT:
+		return "an integer";
+	case LBD_J_BOOL:
+		return "true or false";
+	case LBD_J_OBJECT:
+		return "an object";
+	case LBD_J_SCALAR:
+		return "a number or a string";
+	}
+	return "?";
+}
+
+static bool type_ok(yajl_val v, enum lbd_jtype t)
+{
+	switch (t) {
+	case LBD_J_STRING:
+		return YAJL_IS_STRING(v);
+	case LBD_J_INT:
+		return YAJL_IS_INTEGER(v);
+	case LBD_J_BOOL:
+		return YAJL_IS_TRUE(v) || YAJL_IS_FALSE(v);
+	case LBD_J_OBJECT:
+		return YAJL_IS_OBJECT(v);
+	case LBD_J_SCALAR:
+		return YAJL_IS_STRING(v) || YAJL_IS_NUMBER(v);
+	}
+	return false;
+}
+
+int lbd_json_check(yajl_val obj, const char *where, const struct lbd_jfield *fields, size_t n, struct lbd_fail *f)
+{
+	if (!YAJL_IS_OBJECT(obj)) {
+		lbd_fail_set(f, 400, "invalid_json", "%s must be a JSON object.", where);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < obj->u.object.len; i++) {
+		const char *key = obj->u.object.keys[i];
+		for (size_t j = 0; j < i; j++)
+			if (strcmp(obj->u.object.keys[j], key) == 0) {
+				lbd_fail_set(f, 400, "duplicate_field", "The field `%.64s` appears twice in %s.", key,
+					     where);
+				return -EINVAL;
+			}
+		const struct lbd_jfield *fd = NULL;
+		for (size_t j = 0; j < n; j++)
+			if (strcmp(fields[j].name, key) == 0)
+				fd = &fields[j];
+		if (!fd) {
+			lbd_fail_set(f, 400, "unknown_field", "%s has no field `%.64s`.", where, key);
+			return -EINVAL;
+		}
+		yajl_val v = obj->u.object.values[i];
+		if (!type_ok(v, fd->type)) {
+			lbd_fail_set(f, 400, "wrong_type", "The field `%s` in %s must be %s.", fd->name, where,
+				     type_name(fd->type));
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int lbd_json_object(const char *body, size_t len, const struct lbd_jfield *fields, size_t n, yajl_val *ret,
+		    struct lbd_fail *f)
+{
+	static const char empty[] = "{}";
+	if (!body || len == 0) {
+		body = empty;
+		len = 2;
+	}
+	if (memchr(body, '\0', len) || body[len] != '\0') {
+		lbd_fail_set(f, 400, "invalid_json", "The request body contains a NUL byte; send JSON text.");
+		return -EINVAL;
+	}
+	char errbuf[256];
+	yajl_val root = yajl_tree_parse(body, errbuf, sizeof(errbuf));
+	if (!root) {
+		/* yajl's message spans lines and quotes the input: keep its first line only. */
+		errbuf[strcspn(errbuf, "\r\n")] = '\0';
+		lbd_fail_set(f, 400, "invalid_json", "The request body is not valid JSON (%s).",
+			     errbuf[0] ? errbuf : "parse error");
+		return -EINVAL;
+	}
+	int r = lbd_json_check(root, "the request body", fields, n, f);
+	if (r < 0) {
+		yajl_tree_free(root);
+		return r;
+	}
+	*ret = root;
+	return 0;
+}
+
+static const struct lbd_jfield spec_fields[] = {
+	{ "image", LBD_J_STRING },   { "network", LBD_J_STRING }, { "cpu", LBD_J_SCALAR },
+	{ "memory", LBD_J_SCALAR },  { "disk", LBD_J_SCALAR },	  { "idle_minutes", LBD_J_INT },
+	{ "keep_hours", LBD_J_INT },
+};
+
+static int int_in_range(yajl_val v, const char *field, long long min, long long max, long long *ret, struct lbd_fail *f)
+{
+	long long x = YAJL_GET_INTEGER(v);
+	if (x < min || x > max) {
+		lbd_fail_set(f, 422, "out_of_range", "`%s` must be between %lld and %lld.", field, min, max);
+		return -ERANGE;
+	}
+	*ret = x;
+	return 0;
+}
+
+void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req)
+{
+	struct lbd_fail f;
+	lbd_json_spec(d, NULL, req, &f); /* with no object it only fills defaults and cannot fail */
+}
+
+int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *req, struct lbd_fail *f)
+{
+	memset(req, 0, sizeof(*req));
+	const struct lbd_config *c = &d->cfg;
+	struct lb_store_spec *s = &req->spec;
+	snprintf(s->image, sizeof(s->image), "%s", c->default_image);
+	static const char *const nets[] = { "off", "packages", "web" };
+	snprintf(s->network, sizeof(s->network), "%s", nets[c->default_network]);
+	s->cpu_millicores = c->default_cpu_millicores;
+	s->memory_bytes = c->default_memory_bytes;
+	s->disk_bytes = c->default_disk_bytes;
+	s->idle_seconds = c->idle_seconds;
+	s->keep_seconds = c->keep_seconds;
+	if (!obj)
+		return 0;
+	int r = lbd_json_check(obj, "the sandbox spec", spec_fields, LB_ARRAY_SIZE(spec_fields), f);
+	if (r < 0)
+		return r;
+	yajl_val v;
+	if ((v = lbd_json_get(obj, "image"))) {
+		const char *img = YAJL_GET_STRING(v);
+		if (!lbd_image_ref_valid(img)) {
+			lbd_fail_set(f, 422, "invalid_value",
+				     "`image` must be an image reference like `python:3.12-slim` (letters, digits, "
+				     "`._-/:@`, at most 255 characters).");
+			return -EINVAL;
+		}
+		snprintf(s->image, sizeof(s->image), "%s", img);
+		req->has_image = true;
+	}
+	if ((v = lbd_json_get(obj, "network"))) {
+		const char *net = YAJL_GET_STRING(v);
+		if (strcmp(net, "off") != 0 && strcmp(net, "packages") != 0 && strcmp(net, "web") != 0) {
+			lbd_fail_set(f, 422, "invalid_value", "`network` must be `off`, `packages` or `web`.");
+			return -EINVAL;
+		}
+		snprintf(s->network, sizeof(s->network), "%s", net);
+		req->has_network = true;
+	}
+	if ((v = lbd_json_get(obj, "cpu"))) {
+		uint32_t mc;
+		if (lb_parse_cpu(lbd_json_text(v), &mc) < 0 || mc < 100 || mc > 64000) {
+			lbd_fail_set(f, 422, "out_of_range", "`cpu` must be 0.1 to 64 cores, like 1, 0.5 or \"500m\".");
+			return -EINVAL;
+		}
+		s->cpu_millicores = mc;
+		req->has_cpu = true;
+	}
+	if ((v = lbd_json_get(obj, "memory"))) {
+		uint64_t b;
+		if (lb_parse_size(lbd_json_text(v), &b) < 0 || b < (64ull << 20) || b > (64ull << 30)) {
+			lbd_fail_set(f, 422, "out_of_range",
+				     "`memory` must be 64Mi to 64Gi, like \"512Mi\" or \"2Gi\".");
+			return -EINVAL;
+		}
+		s->memory_bytes = b;
+		req->has_memory = true;
+	}
+	if ((v = lbd_json_get(obj, "disk"))) {
+		uint64_t b;
+		if (lb_parse_size(lbd_json_text(v), &b) < 0 || b < (16ull << 20) || b > (1ull << 40)) {
+			lbd_fail_set(f, 422, "out_of_range", "`disk` must be 16Mi to 1Ti, like \"1Gi\".");
+			return -EINVAL;
+		}
+		s->disk_bytes = b;
+		req->has_disk = true;
+	}
+	long long x;
+	if ((v = lbd_json_get(obj, "idle_minutes"))) {
+		if ((r = int_in_range(v, "idle_minutes", 1, 1440, &x, f)) < 0)
+			return r;
+		s->idle_seconds = (uint64_t)x * 60;
+		req->has_idle = true;
+	}
+	if ((v = lbd_json_get(obj, "keep_hours"))) {
+		if ((r = int_in_range(v, "keep_hours", 1, 720, &x, f)) < 0)
+			return r;
+		s->keep_seconds = (uint64_t)x * 3600;
+		req->has_keep = true;
+	}
+	return 0;
+}
+
+/* ---- generation ---- */
+
+yajl_gen lbd_gen_new(void)
+{
+	yajl_gen g = yajl_gen_alloc(NULL);
+	if (!g)
+		abort(); /* out of memory while answering: nothing sensible is left to do */
+	yajl_gen_config(g, yajl_gen_beautify, 0);
+	/* Strings are valid UTF-8 by construction (runs.c sanitises sandbox output); yajl still escapes controls. */
+	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
+	return g;
+}
+
+void lbd_gen_key(yajl_gen g, const char *key)
+{
+	if (key)
+		yajl_gen_string(g, (const unsigned char *)key, strlen(key));
+}
+
+void lbd_gen_strn(yajl_gen g, const char *key, const char *value, size_t len)
+{
+	lbd_gen_key(g, key);
+	if (!value) {
+		yajl_gen_null(g);
+		return;
+	}
+	if (yajl_gen_string(g, (const unsigned char *)value, len) != yajl_gen_status_ok)
+		yajl_gen_string(g, (const unsigned char *)"\xef\xbf\xbd", 3); /* invalid UTF-8 never breaks the JSON */
+}
+
+void lbd_gen_str(yajl_gen g, const char *key, const char *value)
+{
+	lbd_gen_strn(g, key, value, value ? strlen(value) : 0);
+}
+
+void lbd_gen_int(yajl_gen g, const char *key, long long value)
+{
+	lbd_gen_key(g, key);
+	yajl_gen_integer(g, value);
+}
+
+void lbd_gen_uint(yajl_gen g, const char *key, uint64_t value)
+{
+	lbd_gen_key(g, key);
+	yajl_gen_integer(g, value > (uint64_t)INT64_MAX ? INT64_MAX : (long long)value);
+}
+
+void lbd_gen_double(yajl_gen g, const char *key, double value)
+{
+	lbd_gen_key(g, key);
+	yajl_gen_double(g, value);
+}
+
+void lbd_gen_bool(yajl_gen g, const char *key, bool value)
+{
+	lbd_gen_key(g, key);
+	yajl_gen_bool(g, value);
+}
+
+void lbd_gen_null(yajl_gen g, const char *key)
+{
+	lbd_gen_key(g, key);
+	yajl_gen_null(g);
+}
+
+void lbd_gen_time(yajl_gen g, const char *key, int64_t ms)
+{
+	if (ms <= 0) {
+		lbd_gen_null(g, key);
+		return;
+	}
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char buf[40];
+	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(ms % 1000));
+	lbd_gen_str(g, key, buf);
+}
+
+void lbd_gen_finish(yajl_gen g, struct lbd_res *res, int status)
+{
+	const unsigned char *buf;
+	size_t len;
+	yajl_gen_get_buf(g, &buf, &len);
+	free(res->body);
+	res->body = malloc(len + 1);
+	if (!res->body)
+		abort();
+	memcpy(res->body, buf, len);
+	res->body[len] = '\n';
+	res->len = len + 1;
+	res->status = status;
+	res->content_type = "application/json";
+	yajl_gen_free(g);
+}
+
+void lbd_res_error(struct lbd_res *res, int status, const char *code, const char *fmt, ...)
+{
+	char msg[LB_ERROR_MSG_MAX + 64];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	yajl_gen g = lbd_gen_new();
+	yajl_gen_map_open(g);
+	lbd_gen_key(g, "error");
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "code", code);
+	lbd_gen_str(g, "message", msg);
+	yajl_gen_map_close(g);
+	yajl_gen_map_close(g);
+	lbd_gen_finish(g, res, status);
+}
+
+void lbd_res_fail(struct lbd_res *res, const struct lbd_fail *f)
+{
+	lbd_res_error(res, f->status ? f->status : 500, f->code[0] ? f->code : "internal", "%s", f->message);
+}
+
+static void gen_size(yajl_gen g, const char *key, uint64_t bytes)
+{
+	char buf[32];
+	lb_format_size(bytes, buf, sizeof(buf));
+	lbd_gen_str(g, key, buf);
+}
+
+void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_store_sandbox *sb, int64_t disk_used)
+{
+	(void)d;
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "name", sb->name);
+	lbd_gen_str(g, "state", sb->state == LB_STORE_RUNNING ? "running" : "stopped");
+	lbd_gen_key(g, "spec");
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "image", sb->spec.image);
+	lbd_gen_str(g, "network", sb->spec.network);
+	char cpu[32];
+	lbd_gen_str(g, "cpu", lb_format_cpu(sb->spec.cpu_millicores, cpu, sizeof(cpu)));
+	gen_size(g, "memory", sb->spec.memory_bytes);
+	gen_size(g, "disk", sb->spec.disk_bytes);
+	/* Whole minutes and hours as the API takes them; a seconds-scale test config shows as a fraction. */
+	if (sb->spec.idle_seconds % 60 == 0)
+		lbd_gen_uint(g, "idle_minutes", sb->spec.idle_seconds / 60);
+	else
+		lbd_gen_double(g, "idle_minutes", (double)sb->spec.idle_seconds / 60.0);
+	if (sb->spec.keep_seconds % 3600 == 0)
+		lbd_gen_uint(g, "keep_hours", sb->spec.keep_seconds / 3600);
+	else
+		lbd_gen_double(g, "keep_hours", (double)sb->spec.keep_seconds / 3600.0);
+	yajl_gen_map_close(g);
+	lbd_gen_str(g, "image_digest", sb->image_digest[0] ? sb->image_digest : NULL);
+	lbd_gen_uint(g, "host_uid", sb->host_uid);
+	if (disk_used >= 0)
+		lbd_gen_int(g, "disk_used_bytes", disk_used);
+	else
+		lbd_gen_null(g, "disk_used_bytes");
+	lbd_gen_time(g, "created_at", sb->created_at_ms);
+	lbd_gen_time(g, "last_used_at", sb->last_used_at_ms);
+	if (sb->state == LB_STORE_RUNNING)
+		lbd_gen_time(g, "stops_at", lb_store_stop_at_ms(sb));
+	else
+		lbd_gen_null(g, "stops_at");
+	lbd_gen_time(g, "deleted_at", lb_store_delete_at_ms(sb));
+	lbd_gen_uint(g, "runs", sb->runs);
+	yajl_gen_map_close(g);
+}
+
+void lbd_gen_run(yajl_gen g, const struct lb_store_run *run)
+{
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "id", run->id);
+	lbd_gen_str(g, "sandbox", run->sandbox);
+	lbd_gen_str(g, "language", run->language);
+	lbd_gen_time(g, "started_at", run->started_at_ms);
+	lbd_gen_uint(g, "duration_ms", run->duration_ms);
+	if (run->exited)
+		lbd_gen_int(g, "exit_code", run->exit_code);
+	else
+		lbd_gen_null(g, "exit_code");
+	lbd_gen_int(g, "signal", run->signal);
+	lbd_gen_bool(g, "timed_out", run->timed_out);
+	lbd_gen_bool(g, "oom_killed", run->oom_killed);
+	lbd_gen_bool(g, "pids_limited", run->pids_limited);
+	lbd_gen_uint(g, "cpu_ms", run->cpu_ms);
+	lbd_gen_uint(g, "peak_memory_bytes", run->peak_memory_bytes);
+	lbd_gen_uint(g, "stdout_bytes", run->stdout_bytes);
+	lbd_gen_uint(g, "stderr_bytes", run->stderr_bytes);
+	lbd_gen_str(g, "outcome", lb_run_outcome_name(lb_run_outcome_of(run)));
+	lbd_gen_str(g, "message", run->message[0] ? run->message : NULL);
+	yajl_gen_map_close(g);
+}

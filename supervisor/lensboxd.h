@@ -1,0 +1,154 @@
+/*
+ * lensboxd.h — the daemon's context and the interfaces between supervisor/'s files.
+ *
+ * lensboxd runs as root. One struct lbd is built by main.c and passed to every thread; beyond the parsed config
+ * (read-only after start) nothing is global. The parts:
+ *
+ *   http.c        the Unix socket, libmicrohttpd (thread per connection), peer credentials, bounded bodies
+ *   routes.c      URL -> handler, percent-decoding, name validation, the error envelope
+ *   api_*.c       one file per resource: health, sandboxes, runs, files, metrics
+ *   json.c        yajl-based request validation and response generation
+ *   sandboxes.c   the table of sandboxes: per-sandbox FIFO turn, start/stop/recreate/delete, max_running
+ *   runs.c        one run: source file, exec, output cutting, the ledger row, the result
+ *   files.c       file transfer into and out of a sandbox's storage without following its symlinks
+ *   timers.c      idle stop and keep-hours deletion
+ *   images.c      image reference -> unpacked rootfs and digest
+ *   metrics.c     in-memory counters that the store does not keep (API requests by status)
+ */
+#ifndef LBD_LENSBOXD_H
+#define LBD_LENSBOXD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "lb/error.h"
+#include "lb/policy.h"
+#include "lb/runner.h"
+#include "lb/store.h"
+
+struct lbd_sandbox; /* sandboxes.c */
+
+struct lbd_metrics {
+	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
+	atomic_uint_fast64_t requests_by_status[600];
+	atomic_uint_fast64_t runs_in_flight;
+	atomic_uint_fast64_t evictions;
+	atomic_uint_fast64_t idle_stops;
+	atomic_uint_fast64_t keep_deletions;
+	atomic_uint_fast64_t recreations;
+	atomic_uint_fast64_t connections_refused; /* peers not in allowed_uids/gids */
+};
+
+struct lbd {
+	struct lbd_config cfg;
+	struct lb_policy *policy; /* NULL when it failed to load: health says why, runs get 503 */
+	char policy_error[1024];
+	struct lb_host_facts host; /* measured once at start */
+	struct lb_store *store;
+	int64_t started_at_ms;
+
+	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
+	struct lbd_sandbox *table;
+	uint32_t running; /* sandboxes started and not yet stopped, including ones being started */
+
+	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
+	atomic_bool stopping;
+	struct lbd_metrics metrics;
+};
+
+/* Milliseconds since the epoch (CLOCK_REALTIME), as the store keeps times. */
+int64_t lbd_now_ms(void);
+/* Monotonic milliseconds, for durations. */
+uint64_t lbd_mono_ms(void);
+
+/* Why sandboxes cannot run here (policy not loaded, host facts), or NULL when they can. */
+const char *lbd_cannot_run(const struct lbd *d);
+
+/* ---- images.c ---- */
+
+/* Resolves an image reference ("python", "python:3.12-slim") to its unpacked root and digest. ret_rootfs and
+ * ret_digest are caller buffers. -ENOENT when the image is not present (with err saying how to get it). */
+int lbd_image_resolve(const struct lbd *d, const char *ref, char *ret_rootfs, size_t rootfs_size, char *ret_digest,
+		      size_t digest_size, struct lb_error *err);
+/* true when ref is a syntactically acceptable image reference. */
+bool lbd_image_ref_valid(const char *ref);
+
+/* ---- sandboxes.c ---- */
+
+/* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
+struct lbd_fail {
+	int status; /* 0: success */
+	char code[48];
+	char message[LB_ERROR_MSG_MAX + 64];
+};
+void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A request to ensure a sandbox: which fields the client gave (others come from config defaults). */
+struct lbd_spec_request {
+	bool has_image, has_network, has_cpu, has_memory, has_disk, has_idle, has_keep;
+	struct lb_store_spec spec;
+};
+
+/* What ensuring did. */
+struct lbd_ensure_result {
+	bool created;
+	bool started;
+	char recreated[256]; /* "" unless the old sandbox was replaced: why */
+};
+
+int lbd_sandboxes_init(struct lbd *d, struct lb_error *err);
+void lbd_sandboxes_shutdown(struct lbd *d);
+
+/* Start-up reconciliation: for every sandbox the store knows, lb_sandbox_cleanup() (processes, mounts, loop
+ * devices, cgroups a previous instance left), then every row marked stopped. Files are never touched. */
+int lbd_reconcile(struct lbd *d, struct lb_error *err);
+
+/* Looks the sandbox up (creating the in-memory entry) and waits for its turn: turns are handed out in arrival
+ * order, one at a time. The returned handle must be released with lbd_sandbox_release(). */
+struct lbd_sandbox *lbd_sandbox_acquire(struct lbd *d, const char *name);
+void lbd_sandbox_release(struct lbd *d, struct lbd_sandbox *sb);
+
+/* Under the turn: makes the row exist with req's spec (recreating when image or network differ). When start is
+ * true, also starts it (evicting an idle LRU sandbox when max_running is reached). */
+int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_spec_request *req, bool start,
+		       struct lbd_ensure_result *ret, struct lbd_fail *f);
+/* Under the turn: stops a running sandbox (files stay). *ret_was_running may be NULL. */
+int lbd_sandbox_stop(struct lbd *d, struct lbd_sandbox *sb, bool *ret_was_running, struct lbd_fail *f);
+/* Under the turn: stops it, removes its storage and its row. -ENOENT when there was no row. */
+int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f);
+/* Under the turn: the live sandbox (NULL when stopped). */
+struct lb_sandbox *lbd_sandbox_live(struct lbd_sandbox *sb);
+const char *lbd_sandbox_name(const struct lbd_sandbox *sb);
+/* Records a use now (LRU order and the store's last_used_at, which the idle and keep timers read). */
+void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb);
+/* A spec request with every field from the config defaults (json.c). */
+void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req);
+
+/* Storage access for file transfer, without taking a turn (a slow run must not delay file requests). Opens the
+ * root of the sandbox's storage filesystem as an O_PATH directory fd, starting the sandbox when it is stopped.
+ * While the returned fd is in use the sandbox is pinned running: call lbd_storage_unpin() after, on the same
+ * thread. create: make the sandbox with the defaults when it does not exist (else 404). */
+int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, uid_t *ret_uid, gid_t *ret_gid,
+		    struct lbd_fail *f);
+void lbd_storage_unpin(struct lbd *d, const char *name);
+
+/* Timer work: stops sandboxes idle past their time and deletes ones unused past keep. Never waits behind a run. */
+void lbd_sandboxes_tick(struct lbd *d);
+
+/* Number of runs in progress and the sandbox table figures, for health. */
+void lbd_sandboxes_counts(struct lbd *d, uint64_t *ret_running, uint64_t *ret_in_flight);
+
+/* ---- timers.c ---- */
+int lbd_timers_start(struct lbd *d, pthread_t *ret_thread, struct lb_error *err);
+
+/* ---- http.c ---- */
+struct lbd_http;
+int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err);
+void lbd_http_stop(struct lbd_http *h);
+
+#endif

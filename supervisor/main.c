@@ -1,0 +1,273 @@
+/*
+ * main.c — lensboxd: configuration, start-up in a safe order, the signal loop and an orderly shutdown.
+ *
+ * Runs as root (it creates namespaces, cgroups, loop devices and mounts through runner/). Start-up order:
+ * config (file, then flags) -> logging -> signals blocked in every thread -> state and run directories (root-only)
+ * -> policy and host facts (a failure here does not stop the daemon: /v1/health says why sandboxes cannot run
+ * and runs get 503) -> the store -> reconciliation with the kernel (before any request can start a sandbox) ->
+ * the daemon's own leaf cgroup -> the API socket -> timers. SIGTERM/SIGINT stop the server, stop every running
+ * sandbox (files stay) and close the store. A SIGKILL skips all that; the next start's reconciliation repairs it.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+#include "lb/log.h"
+#include "lensboxd.h"
+
+#define DEFAULT_CONFIG "/etc/lensbox/lensboxd.conf"
+
+static void usage(FILE *out)
+{
+	fprintf(out, "Usage: lensboxd [options]\n"
+		     "  -c, --config FILE      configuration file (default " DEFAULT_CONFIG ")\n"
+		     "  -s, --socket PATH      the API socket (config: socket)\n"
+		     "      --state-dir DIR    state directory (config: state_dir)\n"
+		     "      --run-dir DIR      runtime directory (config: run_dir)\n"
+		     "      --policy-dir DIR   policy directory (config: policy_dir)\n"
+		     "      --images-dir DIR   unpacked images (config: images_dir)\n"
+		     "      --log-level LEVEL  debug, info, warn or error (config: log_level)\n"
+		     "  -o, --set KEY=VALUE    any configuration key; flags override the file\n"
+		     "      --check-config     print the effective configuration and exit\n"
+		     "  -h, --help             this help\n"
+		     "  -V, --version          print the version\n"
+		     "Every key is documented in docs/configuration.md.\n");
+}
+
+struct override {
+	char key[64];
+	const char *value;
+};
+
+/* With cgroup v2 and systemd's Delegate=yes, the service's cgroup is ours to divide, but a cgroup with processes
+ * cannot also delegate controllers to children: lensboxd moves itself into a leaf, <service>/daemon. On a
+ * v1/hybrid host (this one) there is nothing to do: runner/ keeps sandboxes in its own "lensbox" hierarchy. */
+static void move_to_leaf_cgroup(void)
+{
+	_cleanup_free_ char *self = NULL;
+	size_t len;
+	if (lb_read_file_at(-100, "/proc/self/cgroup", 4096, &self, &len) < 0)
+		return;
+	char *nl = strchr(self, '\n');
+	if (strncmp(self, "0::/", 4) != 0 || (nl && nl[1] != '\0'))
+		return; /* not a pure v2 host */
+	self[strcspn(self, "\n")] = '\0';
+	const char *path = self + 3;
+	size_t plen = strlen(path);
+	if (plen < 16 || strcmp(path + plen - 16, "lensboxd.service") != 0)
+		return; /* not started by our unit: leave the caller's cgroup alone */
+	char leaf[512];
+	snprintf(leaf, sizeof(leaf), "/sys/fs/cgroup%s/daemon", path);
+	/* Safe: inside our own delegated service cgroup. */
+	if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
+		lb_warn("cgroup=daemon", "could not create the daemon's leaf cgroup %s: %s", leaf, strerror(errno));
+		return;
+	}
+	char procs[600];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", leaf);
+	if (lb_write_file_at(-100, procs, "0") < 0)
+		lb_warn("cgroup=daemon", "could not move lensboxd into %s", leaf);
+	else
+		lb_info("cgroup=daemon", "lensboxd moved into its leaf cgroup %s", leaf);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },   { "socket", required_argument, NULL, 's' },
+		{ "state-dir", required_argument, NULL, 1 },  { "run-dir", required_argument, NULL, 2 },
+		{ "policy-dir", required_argument, NULL, 3 }, { "images-dir", required_argument, NULL, 4 },
+		{ "log-level", required_argument, NULL, 5 },  { "set", required_argument, NULL, 'o' },
+		{ "check-config", no_argument, NULL, 6 },     { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },	      { NULL, 0, NULL, 0 },
+	};
+	const char *config_path = DEFAULT_CONFIG;
+	bool config_given = false, check_only = false;
+	struct override ov[128];
+	size_t n_ov = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "c:s:o:hV", opts, NULL)) != -1) {
+		const char *key = NULL;
+		switch (c) {
+		case 'c':
+			config_path = optarg;
+			config_given = true;
+			continue;
+		case 's':
+			key = "socket";
+			break;
+		case 1:
+			key = "state_dir";
+			break;
+		case 2:
+			key = "run_dir";
+			break;
+		case 3:
+			key = "policy_dir";
+			break;
+		case 4:
+			key = "images_dir";
+			break;
+		case 5:
+			key = "log_level";
+			break;
+		case 6:
+			check_only = true;
+			continue;
+		case 'o': {
+			char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg || (size_t)(eq - optarg) >= sizeof(ov[0].key)) {
+				fprintf(stderr, "lensboxd: --set takes KEY=VALUE, not `%s`\n", optarg);
+				return 2;
+			}
+			if (n_ov == LB_ARRAY_SIZE(ov)) {
+				fprintf(stderr, "lensboxd: too many --set options\n");
+				return 2;
+			}
+			snprintf(ov[n_ov].key, sizeof(ov[n_ov].key), "%.*s", (int)(eq - optarg), optarg);
+			ov[n_ov++].value = eq + 1;
+			continue;
+		}
+		case 'h':
+			usage(stdout);
+			return 0;
+		case 'V':
+			printf("lensboxd %s\n", LENSBOX_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+		if (n_ov == LB_ARRAY_SIZE(ov))
+			return 2;
+		snprintf(ov[n_ov].key, sizeof(ov[n_ov].key), "%s", key);
+		ov[n_ov++].value = optarg;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "lensboxd: unexpected argument `%s`\n", argv[optind]);
+		return 2;
+	}
+
+	static struct lbd d; /* the daemon's context: passed by pointer everywhere, static only for its size */
+	struct lb_error err = { 0 };
+	lbd_config_defaults(&d.cfg);
+	if (lbd_config_load(&d.cfg, config_path, !config_given, &err) < 0) {
+		fprintf(stderr, "lensboxd: %s\n", err.msg);
+		return 2;
+	}
+	for (size_t i = 0; i < n_ov; i++)
+		if (lbd_config_set(&d.cfg, ov[i].key, ov[i].value, &err) < 0) {
+			fprintf(stderr, "lensboxd: %s\n", err.msg);
+			return 2;
+		}
+	if (lbd_config_validate(&d.cfg, &err) < 0) {
+		fprintf(stderr, "lensboxd: %s\n", err.msg);
+		return 2;
+	}
+	if (check_only) {
+		printf("socket = %s\nstate_dir = %s\nrun_dir = %s\npolicy_dir = %s\nimages_dir = %s\n"
+		       "default_image = %s\nidle_seconds = %llu\nkeep_seconds = %llu\nmax_running = %u\n",
+		       d.cfg.socket_path, d.cfg.state_dir, d.cfg.run_dir, d.cfg.policy_dir, d.cfg.images_dir,
+		       d.cfg.default_image, (unsigned long long)d.cfg.idle_seconds,
+		       (unsigned long long)d.cfg.keep_seconds, d.cfg.max_running);
+		return 0;
+	}
+	lb_log_set_level(d.cfg.log_level);
+	d.started_at_ms = lbd_now_ms();
+
+	/* Signals are taken by sigwait() in this thread only; every thread created later inherits the mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN); /* a client that disconnects must not kill the daemon */
+	umask(0077);
+
+	if (geteuid() != 0)
+		lb_warn(NULL, "lensboxd is not running as root: sandboxes will not start");
+	int r = lb_mkdir_p(d.cfg.state_dir, 0700);
+	if (r < 0) {
+		lb_error(NULL, "creating the state directory %s: %s", d.cfg.state_dir, strerror(-r));
+		return 1;
+	}
+	r = lb_mkdir_p(d.cfg.run_dir, 0700);
+	if (r < 0) {
+		lb_error(NULL, "creating the run directory %s: %s", d.cfg.run_dir, strerror(-r));
+		return 1;
+	}
+
+	if (lb_policy_load(d.cfg.policy_dir, &d.policy, &err) < 0) {
+		snprintf(d.policy_error, sizeof(d.policy_error), "the policy in %s could not be loaded: %s",
+			 d.cfg.policy_dir, err.msg);
+		lb_error(NULL, "%s", d.policy_error);
+		d.policy = NULL;
+	}
+	if (d.policy) {
+		lb_host_probe(d.policy, &d.host);
+		if (d.host.why_not[0])
+			lb_warn(NULL, "sandboxes cannot run on this host: %s", d.host.why_not);
+	}
+
+	char db[512];
+	snprintf(db, sizeof(db), "%s/state.db", d.cfg.state_dir);
+	struct lb_store_config sc = { .path = db,
+				      .uid_base = d.cfg.uid_range_start,
+				      .uid_count = d.cfg.uid_range_count };
+	if (lb_store_open(&sc, &d.store, &err) < 0) {
+		lb_error(NULL, "opening the store: %s", err.msg);
+		return 1;
+	}
+	if (lbd_sandboxes_init(&d, &err) < 0 || lbd_reconcile(&d, &err) < 0) {
+		lb_error(NULL, "%s", err.msg);
+		lb_store_close(d.store);
+		return 1;
+	}
+	move_to_leaf_cgroup();
+
+	struct lbd_http *http = NULL;
+	if (lbd_http_start(&d, &http, &err) < 0) {
+		lb_error(NULL, "%s", err.msg);
+		lb_store_close(d.store);
+		return 1;
+	}
+	pthread_t timer;
+	if (lbd_timers_start(&d, &timer, &err) < 0) {
+		lb_error(NULL, "%s", err.msg);
+		lbd_http_stop(http);
+		lb_store_close(d.store);
+		return 1;
+	}
+	char fields[1024];
+	snprintf(fields, sizeof(fields), "socket=%s state_dir=%s version=%s can_run=%s", d.cfg.socket_path,
+		 d.cfg.state_dir, LENSBOX_VERSION, lbd_cannot_run(&d) ? "false" : "true");
+	lb_info(fields, "lensboxd ready");
+
+	for (;;) {
+		int sig = 0;
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			lb_info(NULL, "SIGHUP: configuration is read at start only; restart lensboxd to change it");
+			continue;
+		}
+		lb_info(NULL, "signal %d: shutting down", sig);
+		break;
+	}
+	atomic_store(&d.stopping, true);
+	lbd_http_stop(http);
+	pthread_join(timer, NULL);
+	lbd_sandboxes_shutdown(&d);
+	lb_store_close(d.store);
+	lb_policy_free(d.policy);
+	lb_info(NULL, "lensboxd stopped");
+	return 0;
+}

@@ -1,0 +1,237 @@
+/*
+ * routes.c — which handler serves a request (see api.h and docs/api.md).
+ *
+ * Runs in lensboxd (root) on connection threads; pure. The path arrives still percent-encoded: it is split on
+ * '/' first and each segment decoded after, so "%2F" inside a name can never create a new segment, and "%00" or a
+ * bad escape is refused instead of cutting the string. A sandbox name must match ^[a-z0-9][a-z0-9._-]{0,62}$
+ * (400 invalid_name); a file path is decoded here and validated by files.c.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "lb/cleanup.h"
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+char *lbd_percent_decode(const char *s, size_t len)
+{
+	char *out = malloc(len + 1);
+	if (!out)
+		return NULL;
+	size_t o = 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+		if (c == '\0') {
+			free(out);
+			return NULL;
+		}
+		if (c == '%') {
+			if (i + 2 >= len) {
+				free(out);
+				return NULL;
+			}
+			int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+			if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+				free(out);
+				return NULL;
+			}
+			out[o++] = (char)(h * 16 + l);
+			i += 2;
+			continue;
+		}
+		out[o++] = c;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static bool name_valid(const char *n)
+{
+	size_t len = strlen(n);
+	if (len < 1 || len > 63)
+		return false;
+	if (!(islower((unsigned char)n[0]) || isdigit((unsigned char)n[0])))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)n[i];
+		if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '.' && c != '_' && c != '-')
+			return false;
+	}
+	return true;
+}
+
+char *lbd_req_query(struct lbd_req *req, const char *key, bool *ret_bad)
+{
+	const char *raw = lbd_http_query_raw(req, key);
+	*ret_bad = false;
+	if (!raw)
+		return NULL;
+	/* '+' means a space in query strings. */
+	_cleanup_free_ char *plus = strdup(raw);
+	if (!plus) {
+		*ret_bad = true;
+		return NULL;
+	}
+	for (char *p = plus; *p; p++)
+		if (*p == '+')
+			*p = ' ';
+	char *v = lbd_percent_decode(plus, strlen(plus));
+	if (!v)
+		*ret_bad = true;
+	return v;
+}
+
+enum { M_GET = 1, M_PUT = 2, M_POST = 4, M_DELETE = 8 };
+
+static unsigned method_bit(const char *m)
+{
+	if (strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0)
+		return M_GET;
+	if (strcmp(m, "PUT") == 0)
+		return M_PUT;
+	if (strcmp(m, "POST") == 0)
+		return M_POST;
+	if (strcmp(m, "DELETE") == 0)
+		return M_DELETE;
+	return 0;
+}
+
+static int method_fail(struct lbd_res *res, const char *method)
+{
+	lbd_res_error(res, 405, "method_not_allowed", "This endpoint does not take %.16s.", method);
+	return -1;
+}
+
+static int not_found(struct lbd_res *res)
+{
+	lbd_res_error(res, 404, "not_found", "There is no such endpoint; see docs/api.md.");
+	return -1;
+}
+
+int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *ret, struct lbd_res *res)
+{
+	unsigned m = method_bit(method);
+	memset(ret, 0, sizeof(*ret));
+	ret->body_max = LBD_SMALL_BODY_MAX;
+	const char *p = raw_path;
+	if (strcmp(p, "/metrics") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_metrics;
+		return 0;
+	}
+	if (strncmp(p, "/v1/", 4) != 0)
+		return not_found(res);
+	p += 4;
+	if (strcmp(p, "health") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_health;
+		return 0;
+	}
+	if (strcmp(p, "runs") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_runs_list;
+		return 0;
+	}
+	if (strncmp(p, "runs/", 5) == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		const char *id = p + 5;
+		if (strlen(id) > LB_RUN_ID_LEN || strchr(id, '/') || !*id)
+			return not_found(res);
+		snprintf(ret->name, sizeof(ret->name), "%s", id); /* the run id, checked by the handler */
+		ret->handler = lbd_api_run_get;
+		return 0;
+	}
+	if (strcmp(p, "sandboxes") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_sandbox_list;
+		return 0;
+	}
+	if (strncmp(p, "sandboxes/", 10) != 0)
+		return not_found(res);
+	p += 10;
+	size_t seg = strcspn(p, "/");
+	if (seg == 0)
+		return not_found(res);
+	_cleanup_free_ char *name = lbd_percent_decode(p, seg);
+	if (!name || !name_valid(name)) {
+		lbd_res_error(res, 400, "invalid_name",
+			      "A sandbox name is 1 to 63 characters: lower-case letters, digits, `.`, `_` and `-`, "
+			      "starting with a letter or a digit.");
+		return -1;
+	}
+	snprintf(ret->name, sizeof(ret->name), "%s", name);
+	p += seg;
+	if (*p == '\0') {
+		switch (m) {
+		case M_GET:
+			ret->handler = lbd_api_sandbox_get;
+			return 0;
+		case M_PUT:
+			ret->handler = lbd_api_sandbox_put;
+			return 0;
+		case M_DELETE:
+			ret->handler = lbd_api_sandbox_delete;
+			return 0;
+		default:
+			return method_fail(res, method);
+		}
+	}
+	p++; /* the '/' */
+	if (strcmp(p, "stop") == 0) {
+		if (m != M_POST)
+			return method_fail(res, method);
+		ret->handler = lbd_api_sandbox_stop;
+		return 0;
+	}
+	if (strcmp(p, "runs") == 0) {
+		if (m != M_POST)
+			return method_fail(res, method);
+		ret->handler = lbd_api_run_post;
+		ret->body_max = LBD_JSON_BODY_MAX;
+		return 0;
+	}
+	if (strcmp(p, "files") == 0 || strcmp(p, "files/") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_files_list;
+		return 0;
+	}
+	if (strncmp(p, "files/", 6) == 0) {
+		p += 6;
+		ret->file_path = lbd_percent_decode(p, strlen(p));
+		if (!ret->file_path) {
+			lbd_res_error(res, 400, "invalid_path",
+				      "The file path holds a NUL byte or a malformed %%-escape.");
+			return -1;
+		}
+		if (m == M_GET) {
+			ret->handler = lbd_api_file_get;
+			return 0;
+		}
+		if (m == M_PUT) {
+			ret->handler = lbd_api_file_put;
+			ret->body_max = LBD_FILE_MAX;
+			ret->too_large_code = "file_too_large";
+			return 0;
+		}
+		free(TAKE_PTR(ret->file_path));
+		return method_fail(res, method);
+	}
+	return not_found(res);
+}

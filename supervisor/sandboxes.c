@@ -1,0 +1,730 @@
+/*
+ * sandboxes.c — every conversation's sandbox while lensboxd runs: who may act on it now, starting, stopping,
+ * recreating and deleting it, max_running with least-recently-used eviction, and start-up reconciliation.
+ *
+ * Runs in lensboxd (root) on connection threads and the timer thread. The store (SQLite) holds what must survive
+ * a restart (spec, uid, state, times); this file holds what lives only as long as the daemon: the runner's handle
+ * of a running sandbox and the per-sandbox queue.
+ *
+ * The turn. Each sandbox has a FIFO ticket queue: an operation that changes or uses the sandbox's processes (a run,
+ * stop, delete, recreate, start) takes a ticket and waits until it is served, so runs in one sandbox execute one at
+ * a time in arrival order while different sandboxes proceed in parallel. The runner requires calls on one sandbox
+ * to be serialised; the turn is that serialisation. Timers and eviction never wait for a turn: they take one only
+ * when nobody holds or waits for it (an idle sandbox), so a run is never delayed behind housekeeping.
+ *
+ * File transfer does not take the turn (a slow run must not delay it): it holds the sandbox's live_lock for
+ * reading, which only the transitions start and stop take for writing. A file request on a stopped sandbox takes
+ * the turn just long enough to start it.
+ *
+ * Lock order: table_mu, then a sandbox's mu; live_lock is never taken while holding either.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lb/cleanup.h"
+#include "lb/log.h"
+#include "lb/units.h"
+#include "lensboxd.h"
+
+struct lbd_sandbox {
+	char name[LB_STORE_NAME_MAX + 1];
+	struct lbd_sandbox *next; /* in d->table */
+	unsigned refs;		  /* under table_mu: handles and pins held */
+
+	pthread_mutex_t mu; /* guards the ticket counters */
+	pthread_cond_t cv;
+	uint64_t next_ticket, serving;
+
+	pthread_rwlock_t live_lock; /* write: start/stop; read: file transfer */
+	struct lb_sandbox *live;    /* changed only by the turn holder under the write lock */
+	uint64_t last_used_mono;    /* for LRU eviction; under table_mu */
+};
+
+int64_t lbd_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t lbd_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+const char *lbd_cannot_run(const struct lbd *d)
+{
+	if (!d->policy)
+		return d->policy_error;
+	if (d->host.why_not[0])
+		return d->host.why_not;
+	return NULL;
+}
+
+const char *lbd_sandbox_name(const struct lbd_sandbox *sb)
+{
+	return sb->name;
+}
+
+struct lb_sandbox *lbd_sandbox_live(struct lbd_sandbox *sb)
+{
+	return sb->live;
+}
+
+static void storage_path(const struct lbd *d, const char *name, char *buf, size_t size)
+{
+	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, name);
+}
+
+static enum lb_net_tier tier_of(const char *network)
+{
+	if (strcmp(network, "web") == 0)
+		return LB_NET_WEB;
+	if (strcmp(network, "packages") == 0)
+		return LB_NET_PACKAGES;
+	return LB_NET_OFF;
+}
+
+static void log_fields(char *buf, size_t size, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void log_fields(char *buf, size_t size, const char *name, const char *fmt, ...)
+{
+	int n = snprintf(buf, size, "sandbox=%s", name);
+	if (fmt && n > 0 && (size_t)n < size) {
+		buf[n++] = ' ';
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(buf + n, size - (size_t)n, fmt, ap);
+		va_end(ap);
+	}
+}
+
+/* ---- the table ---- */
+
+static struct lbd_sandbox *find_locked(struct lbd *d, const char *name)
+{
+	for (struct lbd_sandbox *sb = d->table; sb; sb = sb->next)
+		if (strcmp(sb->name, name) == 0)
+			return sb;
+	return NULL;
+}
+
+static struct lbd_sandbox *get_ref_locked(struct lbd *d, const char *name, bool create)
+{
+	struct lbd_sandbox *sb = find_locked(d, name);
+	if (!sb && create) {
+		sb = calloc(1, sizeof(*sb));
+		if (!sb)
+			return NULL;
+		snprintf(sb->name, sizeof(sb->name), "%s", name);
+		pthread_mutex_init(&sb->mu, NULL);
+		pthread_cond_init(&sb->cv, NULL);
+		pthread_rwlock_init(&sb->live_lock, NULL);
+		sb->next = d->table;
+		d->table = sb;
+	}
+	if (sb)
+		sb->refs++;
+	return sb;
+}
+
+/* Drops a reference; an entry nobody holds and that is not running leaves the table. */
+static void put_ref(struct lbd *d, struct lbd_sandbox *sb)
+{
+	pthread_mutex_lock(&d->table_mu);
+	if (--sb->refs == 0 && !sb->live) {
+		for (struct lbd_sandbox **pp = &d->table; *pp; pp = &(*pp)->next)
+			if (*pp == sb) {
+				*pp = sb->next;
+				break;
+			}
+		pthread_mutex_destroy(&sb->mu);
+		pthread_cond_destroy(&sb->cv);
+		pthread_rwlock_destroy(&sb->live_lock);
+		free(sb);
+	}
+	pthread_mutex_unlock(&d->table_mu);
+}
+
+struct lbd_sandbox *lbd_sandbox_acquire(struct lbd *d, const char *name)
+{
+	pthread_mutex_lock(&d->table_mu);
+	struct lbd_sandbox *sb = get_ref_locked(d, name, true);
+	pthread_mutex_unlock(&d->table_mu);
+	if (!sb)
+		return NULL;
+	pthread_mutex_lock(&sb->mu);
+	uint64_t mine = sb->next_ticket++;
+	while (sb->serving != mine)
+		pthread_cond_wait(&sb->cv, &sb->mu);
+	pthread_mutex_unlock(&sb->mu);
+	return sb;
+}
+
+/* Takes the turn only when it is free and nobody waits: for timers and eviction. Caller holds table_mu. */
+static bool try_turn_locked(struct lbd_sandbox *sb)
+{
+	bool got = false;
+	pthread_mutex_lock(&sb->mu);
+	if (sb->next_ticket == sb->serving) {
+		sb->next_ticket++;
+		got = true;
+	}
+	pthread_mutex_unlock(&sb->mu);
+	if (got)
+		sb->refs++;
+	return got;
+}
+
+void lbd_sandbox_release(struct lbd *d, struct lbd_sandbox *sb)
+{
+	if (!sb)
+		return;
+	pthread_mutex_lock(&sb->mu);
+	sb->serving++;
+	pthread_cond_broadcast(&sb->cv);
+	pthread_mutex_unlock(&sb->mu);
+	put_ref(d, sb);
+}
+
+void lbd_sandboxes_counts(struct lbd *d, uint64_t *ret_running, uint64_t *ret_in_flight)
+{
+	pthread_mutex_lock(&d->table_mu);
+	uint64_t n = 0;
+	for (struct lbd_sandbox *sb = d->table; sb; sb = sb->next)
+		if (sb->live)
+			n++;
+	pthread_mutex_unlock(&d->table_mu);
+	*ret_running = n;
+	*ret_in_flight = atomic_load(&d->metrics.runs_in_flight);
+}
+
+/* ---- stop ---- */
+
+/* Under the turn. */
+static int stop_locked(struct lbd *d, struct lbd_sandbox *sb, const char *why)
+{
+	if (!sb->live)
+		return 0;
+	uint64_t t0 = lbd_mono_ms();
+	pthread_rwlock_wrlock(&sb->live_lock); /* waits for file transfers in progress */
+	struct lb_error err = { 0 };
+	int r = lb_sandbox_stop(sb->live, &err); /* frees the handle whatever happens */
+	pthread_mutex_lock(&d->table_mu);
+	sb->live = NULL;
+	d->running--;
+	pthread_mutex_unlock(&d->table_mu);
+	pthread_rwlock_unlock(&sb->live_lock);
+	char f[160];
+	if (r < 0) {
+		/* What stop could not release, cleanup removes (the same path as after a crash). */
+		struct lb_error err2 = { 0 };
+		int r2 = lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
+		log_fields(f, sizeof(f), sb->name, "error=\"%s\"", err.msg);
+		lb_warn(f, "stopping the sandbox failed; cleaned up %s", r2 < 0 ? err2.msg : "what was left");
+	}
+	struct lb_error serr = { 0 };
+	if (lb_store_sandbox_set_state(d->store, sb->name, LB_STORE_STOPPED, &serr) < 0 && serr.code != ENOENT) {
+		log_fields(f, sizeof(f), sb->name, NULL);
+		lb_error(f, "recording the stop: %s", serr.msg);
+	}
+	log_fields(f, sizeof(f), sb->name, "reason=%s duration_ms=%llu", why, (unsigned long long)(lbd_mono_ms() - t0));
+	lb_info(f, "sandbox stopped");
+	return r;
+}
+
+int lbd_sandbox_stop(struct lbd *d, struct lbd_sandbox *sb, bool *ret_was_running, struct lbd_fail *f)
+{
+	struct lb_store_sandbox row;
+	struct lb_error err = { 0 };
+	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
+	if (r == -ENOENT) {
+		lbd_fail_set(f, 404, "sandbox_not_found", "There is no sandbox named %s.", sb->name);
+		return r;
+	}
+	if (r < 0) {
+		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		return r;
+	}
+	bool was = sb->live != NULL;
+	stop_locked(d, sb, "api");
+	if (ret_was_running)
+		*ret_was_running = was;
+	return 0;
+}
+
+/* ---- start ---- */
+
+/* Evicts the least recently used running sandbox nobody is using. Returns 1 when one was stopped, 0 if none
+ * could be, never waiting behind a run. */
+static int evict_one(struct lbd *d, const struct lbd_sandbox *self)
+{
+	pthread_mutex_lock(&d->table_mu);
+	struct lbd_sandbox *victim = NULL;
+	/* Pick the least recently used among the idle ones: try candidates oldest first. */
+	for (;;) {
+		struct lbd_sandbox *best = NULL;
+		for (struct lbd_sandbox *sb = d->table; sb; sb = sb->next) {
+			if (sb == self || !sb->live || sb == victim)
+				continue;
+			pthread_mutex_lock(&sb->mu);
+			bool idle = sb->next_ticket == sb->serving;
+			pthread_mutex_unlock(&sb->mu);
+			if (idle && (!best || sb->last_used_mono < best->last_used_mono))
+				best = sb;
+		}
+		if (!best)
+			break;
+		if (try_turn_locked(best)) {
+			victim = best;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&d->table_mu);
+	if (!victim)
+		return 0;
+	stop_locked(d, victim, "max_running");
+	atomic_fetch_add(&d->metrics.evictions, 1);
+	lbd_sandbox_release(d, victim);
+	return 1;
+}
+
+static int reserve_slot(struct lbd *d, const struct lbd_sandbox *self, struct lbd_fail *f)
+{
+	for (int attempt = 0; attempt < 8; attempt++) {
+		pthread_mutex_lock(&d->table_mu);
+		if (d->running < d->cfg.max_running) {
+			d->running++;
+			pthread_mutex_unlock(&d->table_mu);
+			return 0;
+		}
+		pthread_mutex_unlock(&d->table_mu);
+		if (!evict_one(d, self))
+			break;
+	}
+	lbd_fail_set(f, 429, "capacity",
+		     "All %u running sandboxes are busy (max_running); try again when a run finishes.",
+		     d->cfg.max_running);
+	return -EBUSY;
+}
+
+static void release_slot(struct lbd *d)
+{
+	pthread_mutex_lock(&d->table_mu);
+	d->running--;
+	pthread_mutex_unlock(&d->table_mu);
+}
+
+/* Under the turn: starts the sandbox described by row. */
+static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row, struct lbd_fail *f)
+{
+	const char *why = lbd_cannot_run(d);
+	if (why) {
+		lbd_fail_set(f, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
+		return -ENOSYS;
+	}
+	char rootfs[512], digest[LB_STORE_DIGEST_MAX + 1];
+	struct lb_error err = { 0 };
+	int r = lbd_image_resolve(d, row->spec.image, rootfs, sizeof(rootfs), digest, sizeof(digest), &err);
+	if (r < 0) {
+		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", row->spec.image,
+			     err.msg);
+		return r;
+	}
+	r = reserve_slot(d, sb, f);
+	if (r < 0)
+		return r;
+	char storage[512];
+	storage_path(d, sb->name, storage, sizeof(storage));
+	const struct lb_limits_policy *lp = &d->policy->limits;
+	struct lb_sandbox_spec spec = {
+		.name = sb->name,
+		.rootfs = rootfs,
+		.storage = storage,
+		.run_dir = d->cfg.run_dir,
+		.host_uid = row->host_uid,
+		.host_gid = row->host_gid,
+		.limits = { .cpu_millicores = row->spec.cpu_millicores,
+			    .memory_bytes = row->spec.memory_bytes,
+			    .pids = lp->pids,
+			    .disk_bytes = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
+			    .tmp_bytes = lp->tmp_bytes,
+			    .shm_bytes = lp->shm_bytes },
+		.network = tier_of(row->spec.network),
+		.policy = d->policy,
+	};
+	uint64_t t0 = lbd_mono_ms();
+	struct lb_sandbox *live = NULL;
+	r = lb_sandbox_start(&spec, &live, &err);
+	char lf[256];
+	if (r < 0) {
+		release_slot(d);
+		log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
+		lb_error(lf, "starting the sandbox failed");
+		/* Whatever a half-done start left behind goes now, not at the next restart. */
+		struct lb_error err2 = { 0 };
+		lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
+		lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
+		return r;
+	}
+	pthread_rwlock_wrlock(&sb->live_lock);
+	pthread_mutex_lock(&d->table_mu);
+	sb->live = live;
+	sb->last_used_mono = lbd_mono_ms();
+	pthread_mutex_unlock(&d->table_mu);
+	pthread_rwlock_unlock(&sb->live_lock);
+	lb_store_sandbox_set_state(d->store, sb->name, LB_STORE_RUNNING, NULL);
+	if (strcmp(digest, row->image_digest) != 0)
+		lb_store_sandbox_set_digest(d->store, sb->name, digest, NULL);
+	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
+	log_fields(lf, sizeof(lf), sb->name, "image=%s network=%s duration_ms=%llu", row->spec.image, row->spec.network,
+		   (unsigned long long)(lbd_mono_ms() - t0));
+	lb_info(lf, "sandbox started");
+	return 0;
+}
+
+/* Under the turn: removes the storage (and the sandbox, if running). */
+static int destroy_locked(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f)
+{
+	stop_locked(d, sb, "delete");
+	char storage[512];
+	storage_path(d, sb->name, storage, sizeof(storage));
+	struct lb_error err = { 0 };
+	int r = lb_sandbox_destroy_storage(storage, &err);
+	if (r < 0 && r != -ENOENT) {
+		lbd_fail_set(f, 500, "internal", "Removing the sandbox's files failed: %s", err.msg);
+		return r;
+	}
+	return 0;
+}
+
+static void spec_changes(const struct lb_store_sandbox *row, const struct lbd_spec_request *req, char *buf, size_t size)
+{
+	buf[0] = '\0';
+	if (req->has_image && strcmp(row->spec.image, req->spec.image) != 0)
+		snprintf(buf, size, "the image changed from %.100s to %.100s", row->spec.image, req->spec.image);
+	if (req->has_network && strcmp(row->spec.network, req->spec.network) != 0) {
+		size_t n = strlen(buf);
+		snprintf(buf + n, size - n, "%sthe network changed from %s to %s", n ? " and " : "", row->spec.network,
+			 req->spec.network);
+	}
+}
+
+int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_spec_request *req, bool start,
+		       struct lbd_ensure_result *ret, struct lbd_fail *f)
+{
+	memset(ret, 0, sizeof(*ret));
+	struct lb_store_sandbox row;
+	struct lb_error err = { 0 };
+	char lf[256];
+	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
+	if (r == -ENOENT) {
+		/* A storage directory without a row is what a crash between removing a row's storage and the row
+		 * left; nobody owns it, and the new sandbox must start empty. */
+		char storage[512];
+		storage_path(d, sb->name, storage, sizeof(storage));
+		struct stat st;
+		if (stat(storage, &st) == 0)
+			lb_sandbox_destroy_storage(storage, NULL);
+		bool created = false;
+		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
+		if (r == -ENOSPC) {
+			lbd_fail_set(f, 429, "capacity", "No host uid is left for a new sandbox (uid_range_count).");
+			return r;
+		}
+		if (r < 0) {
+			lbd_fail_set(f, 500, "internal", "Recording the sandbox failed: %s", err.msg);
+			return r;
+		}
+		ret->created = true;
+		log_fields(lf, sizeof(lf), sb->name, "host_uid=%u image=%s network=%s", row.host_uid, row.spec.image,
+			   row.spec.network);
+		lb_info(lf, "sandbox created");
+	} else if (r < 0) {
+		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		return r;
+	} else {
+		char why[256];
+		spec_changes(&row, req, why, sizeof(why));
+		if (why[0]) {
+			r = destroy_locked(d, sb, f);
+			if (r < 0)
+				return r;
+			/* A fresh sandbox: the request's spec (its defaults for what it did not give). */
+			r = lb_store_sandbox_recreate(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &err);
+			if (r < 0) {
+				lbd_fail_set(f, 500, "internal", "Recording the recreated sandbox failed: %s", err.msg);
+				return r;
+			}
+			snprintf(ret->recreated, sizeof(ret->recreated), "%s", why);
+			atomic_fetch_add(&d->metrics.recreations, 1);
+			log_fields(lf, sizeof(lf), sb->name, "reason=\"%s\"", why);
+			lb_info(lf, "sandbox recreated");
+		} else if (req->has_idle || req->has_keep) {
+			/* Timers take effect at once; cpu, memory and disk stay as the sandbox was made. */
+			struct lb_store_spec s = row.spec;
+			if (req->has_idle)
+				s.idle_seconds = req->spec.idle_seconds;
+			if (req->has_keep)
+				s.keep_seconds = req->spec.keep_seconds;
+			r = lb_store_sandbox_put(d->store, sb->name, &s, row.image_digest, lbd_now_ms(), &row, NULL,
+						 &err);
+			if (r < 0) {
+				lbd_fail_set(f, 500, "internal", "Recording the sandbox's timers failed: %s", err.msg);
+				return r;
+			}
+		}
+	}
+	if (start && !sb->live) {
+		r = start_locked(d, sb, &row, f);
+		if (r < 0)
+			return r;
+		ret->started = true;
+	}
+	return 0;
+}
+
+int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f)
+{
+	struct lb_store_sandbox row;
+	struct lb_error err = { 0 };
+	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
+	if (r == -ENOENT) {
+		lbd_fail_set(f, 404, "sandbox_not_found", "There is no sandbox named %s.", sb->name);
+		return r;
+	}
+	if (r < 0) {
+		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		return r;
+	}
+	r = destroy_locked(d, sb, f);
+	if (r < 0)
+		return r;
+	r = lb_store_sandbox_delete(d->store, sb->name, &err);
+	if (r < 0 && r != -ENOENT) {
+		lbd_fail_set(f, 500, "internal", "Removing the sandbox's record failed: %s", err.msg);
+		return r;
+	}
+	char lf[128];
+	log_fields(lf, sizeof(lf), sb->name, NULL);
+	lb_info(lf, "sandbox deleted");
+	return 0;
+}
+
+void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb)
+{
+	pthread_mutex_lock(&d->table_mu);
+	sb->last_used_mono = lbd_mono_ms();
+	pthread_mutex_unlock(&d->table_mu);
+	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
+}
+
+/* ---- file transfer ---- */
+
+int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, uid_t *ret_uid, gid_t *ret_gid,
+		    struct lbd_fail *f)
+{
+	for (int attempt = 0; attempt < 4; attempt++) {
+		struct lb_store_sandbox row;
+		struct lb_error err = { 0 };
+		int r = lb_store_sandbox_get(d->store, name, &row, &err);
+		if (r == -ENOENT && !create) {
+			lbd_fail_set(f, 404, "sandbox_not_found", "There is no sandbox named %s.", name);
+			return r;
+		}
+		if (r < 0 && r != -ENOENT) {
+			lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+			return r;
+		}
+		pthread_mutex_lock(&d->table_mu);
+		struct lbd_sandbox *sb = get_ref_locked(d, name, false);
+		pthread_mutex_unlock(&d->table_mu);
+		if (sb && r == 0) {
+			pthread_rwlock_rdlock(&sb->live_lock);
+			if (sb->live) {
+				int fd = open(lb_sandbox_storage_mount(sb->live), O_PATH | O_DIRECTORY | O_CLOEXEC);
+				if (fd < 0) {
+					int e = errno;
+					pthread_rwlock_unlock(&sb->live_lock);
+					put_ref(d, sb);
+					lbd_fail_set(f, 500, "internal", "Opening the sandbox's storage failed: %s",
+						     strerror(e));
+					return -e;
+				}
+				/* Pinned: the read lock and the reference stay until lbd_storage_unpin(). */
+				*ret_fd = fd;
+				*ret_uid = row.host_uid;
+				*ret_gid = row.host_gid;
+				return 0;
+			}
+			pthread_rwlock_unlock(&sb->live_lock);
+		}
+		if (sb)
+			put_ref(d, sb);
+		/* Stopped (or absent and create is allowed): start it under its turn, then look again. */
+		sb = lbd_sandbox_acquire(d, name);
+		if (!sb) {
+			lbd_fail_set(f, 500, "internal", "Out of memory.");
+			return -ENOMEM;
+		}
+		struct lbd_spec_request req;
+		lbd_spec_defaults(d, &req);
+		struct lbd_ensure_result er;
+		if (r == 0 || create)
+			r = lbd_sandbox_ensure(d, sb, &req, true, &er, f);
+		if (r == 0)
+			lbd_sandbox_touch(d, sb);
+		lbd_sandbox_release(d, sb);
+		if (r < 0)
+			return r;
+	}
+	lbd_fail_set(f, 503, "busy", "The sandbox %s kept stopping while its files were being reached; try again.",
+		     name);
+	return -EAGAIN;
+}
+
+void lbd_storage_unpin(struct lbd *d, const char *name)
+{
+	pthread_mutex_lock(&d->table_mu);
+	struct lbd_sandbox *sb = find_locked(d, name);
+	pthread_mutex_unlock(&d->table_mu);
+	if (!sb)
+		return; /* cannot happen: the pin holds a reference */
+	pthread_rwlock_unlock(&sb->live_lock);
+	put_ref(d, sb);
+}
+
+/* ---- timers ---- */
+
+void lbd_sandboxes_tick(struct lbd *d)
+{
+	int64_t now = lbd_now_ms();
+	struct lb_store_sandbox *list = NULL;
+	size_t n = 0;
+	char lf[160];
+	if (lb_store_sandbox_due_stop(d->store, now, &list, &n, NULL) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			pthread_mutex_lock(&d->table_mu);
+			struct lbd_sandbox *sb = find_locked(d, list[i].name);
+			bool got = sb && try_turn_locked(sb);
+			pthread_mutex_unlock(&d->table_mu);
+			if (!sb) {
+				/* Marked running with no live sandbox here: only a crash does that; fix the record. */
+				lb_store_sandbox_set_state(d->store, list[i].name, LB_STORE_STOPPED, NULL);
+				continue;
+			}
+			if (!got)
+				continue; /* in use: a run will touch it */
+			struct lb_store_sandbox row;
+			if (lb_store_sandbox_get(d->store, sb->name, &row, NULL) == 0 &&
+			    lb_store_stop_at_ms(&row) <= lbd_now_ms() && sb->live) {
+				stop_locked(d, sb, "idle");
+				atomic_fetch_add(&d->metrics.idle_stops, 1);
+			}
+			lbd_sandbox_release(d, sb);
+		}
+		free(list);
+	}
+	list = NULL;
+	n = 0;
+	if (lb_store_sandbox_due_delete(d->store, now, &list, &n, NULL) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			pthread_mutex_lock(&d->table_mu);
+			struct lbd_sandbox *sb = get_ref_locked(d, list[i].name, true);
+			bool got = sb && try_turn_locked(sb);
+			pthread_mutex_unlock(&d->table_mu);
+			if (!sb)
+				continue;
+			if (got) {
+				struct lb_store_sandbox row;
+				struct lbd_fail f = { 0 };
+				if (lb_store_sandbox_get(d->store, sb->name, &row, NULL) == 0 &&
+				    lb_store_delete_at_ms(&row) <= lbd_now_ms()) {
+					if (lbd_sandbox_delete(d, sb, &f) == 0) {
+						atomic_fetch_add(&d->metrics.keep_deletions, 1);
+						log_fields(lf, sizeof(lf), sb->name, "reason=keep_hours");
+						lb_info(lf, "unused sandbox deleted");
+					} else {
+						log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", f.message);
+						lb_error(lf, "deleting an unused sandbox failed");
+					}
+				}
+				lbd_sandbox_release(d, sb);
+			}
+			put_ref(d, sb);
+		}
+		free(list);
+	}
+}
+
+/* ---- start-up and shutdown ---- */
+
+int lbd_sandboxes_init(struct lbd *d, struct lb_error *err)
+{
+	pthread_mutex_init(&d->table_mu, NULL);
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/sandboxes", d->cfg.state_dir);
+	/* Root-only: storage directories hold each sandbox's disk image. */
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", dir);
+	return 0;
+}
+
+int lbd_reconcile(struct lbd *d, struct lb_error *err)
+{
+	struct lb_store_sandbox *list = NULL;
+	size_t n = 0;
+	int r = lb_store_sandbox_list(d->store, LB_STORE_ALL, LB_STORE_BY_NAME, &list, &n, err);
+	if (r < 0)
+		return lb_error_wrap(err, "listing sandboxes to reconcile");
+	uint64_t t0 = lbd_mono_ms();
+	unsigned failed = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct lb_error e = { 0 };
+		/* Safe: cleanup acts only on this sandbox's own cgroup, mount point and loop device, by name. */
+		if (lb_sandbox_cleanup(list[i].name, d->cfg.run_dir, &e) < 0) {
+			char lf[160];
+			log_fields(lf, sizeof(lf), list[i].name, "error=\"%s\"", e.msg);
+			lb_error(lf, "reconciling the sandbox failed");
+			failed++;
+		}
+	}
+	free(list);
+	uint64_t changed = 0;
+	r = lb_store_sandbox_mark_all_stopped(d->store, &changed, err);
+	if (r < 0)
+		return lb_error_wrap(err, "marking sandboxes stopped");
+	char lf[160];
+	snprintf(lf, sizeof(lf), "sandboxes=%zu were_running=%llu failed=%u duration_ms=%llu", n,
+		 (unsigned long long)changed, failed, (unsigned long long)(lbd_mono_ms() - t0));
+	lb_info(lf, "reconciled with the kernel");
+	return 0;
+}
+
+void lbd_sandboxes_shutdown(struct lbd *d)
+{
+	/* Stops every running sandbox; connection threads are gone by now (http stopped first). */
+	for (;;) {
+		pthread_mutex_lock(&d->table_mu);
+		struct lbd_sandbox *sb = d->table;
+		while (sb && !sb->live)
+			sb = sb->next;
+		bool got = sb && try_turn_locked(sb);
+		pthread_mutex_unlock(&d->table_mu);
+		if (!sb)
+			break;
+		if (!got)
+			break; /* someone still holds it: leave it to the next start's reconciliation */
+		stop_locked(d, sb, "shutdown");
+		lbd_sandbox_release(d, sb);
+	}
+}
