@@ -21,6 +21,7 @@ result() {
 	echo "LENSBOX-VM-RESULT rc=$1"
 	poweroff -f
 }
+echo "LENSBOX-VM-STAGE2 started"
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm
