@@ -7,6 +7,8 @@
  * through its mount), which counts as a use for the idle and keep timers.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "api.h"
 #include "files.h"
 #include "lb/cleanup.h"
+#include "lb/fileio.h"
 
 void lbd_api_file_put(struct lbd_req *req, struct lbd_res *res)
 {
@@ -62,14 +65,45 @@ void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res)
 	uint64_t size = 0;
 	int r = lbd_file_open_read(root, req->file_path, LBD_FILE_MAX, &fd, &size, &f);
 	close(root);
-	/* The open fd keeps the inode alive; the sandbox may stop while libmicrohttpd sends it. */
+	int copy = -1;
+	if (r == 0) {
+		/* The bytes are copied to an unlinked host file before the sandbox is unpinned: a slow client then
+		 * holds nothing of the sandbox's storage open (which would keep it mounted past a stop). */
+		char tmpdir[300];
+		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", req->d->cfg.state_dir);
+		copy = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		if (copy < 0) {
+			lbd_fail_set(&f, 500, "internal", "Creating a temporary file in %s failed: %s", tmpdir,
+				     strerror(errno));
+			r = -EIO;
+		}
+		uint64_t done = 0;
+		char buf[65536];
+		while (r == 0 && done < size) {
+			ssize_t n = read(fd, buf, sizeof(buf) < size - done ? sizeof(buf) : (size_t)(size - done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				break; /* shrank meanwhile: send what was there */
+			if (lb_write_all(copy, buf, (size_t)n) < 0) {
+				lbd_fail_set(&f, 500, "internal", "Staging the file failed: %s", strerror(errno));
+				r = -EIO;
+				break;
+			}
+			done += (uint64_t)n;
+		}
+		size = done;
+		close(fd);
+	}
 	lbd_storage_unpin(req->d, req->name);
 	if (r < 0) {
+		if (copy >= 0)
+			close(copy);
 		lbd_res_fail(res, &f);
 		return;
 	}
 	res->status = 200;
-	res->fd = fd;
+	res->fd = copy;
 	res->fd_size = size;
 	res->content_type = "application/octet-stream";
 }

@@ -245,6 +245,8 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	uint64_t t0 = lbd_mono_ms();
 	r = lb_sandbox_exec(live, &es, &x, &err);
 	lbd_file_remove(rootfd, rel);
+	close(rootfd); /* an open fd in the storage would keep it mounted past a stop */
+	rootfd = -1;
 	lbd_sandbox_touch(d, sb);
 	if (r < 0) {
 		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, run.id, err.msg);

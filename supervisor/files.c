@@ -233,6 +233,11 @@ int lbd_file_open_read(int root, const char *path, uint64_t max, int *ret_fd, ui
 		fail_errno(f, r, "The file", path);
 		return r;
 	}
+	if (S_ISLNK(st.st_mode)) {
+		lbd_fail_set(f, 404, "file_not_found",
+			     "%.200s is a symbolic link, which lensbox does not follow; copy out the file it names.", path);
+		return -ELOOP;
+	}
 	if (!S_ISREG(st.st_mode)) {
 		const char *kind = S_ISDIR(st.st_mode)	  ? "a directory"
 				   : S_ISFIFO(st.st_mode) ? "a FIFO"

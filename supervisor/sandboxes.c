@@ -676,6 +676,10 @@ int lbd_sandboxes_init(struct lbd *d, struct lb_error *err)
 	/* Root-only: storage directories hold each sandbox's disk image. */
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", dir);
+	/* Downloads are staged here (unlinked O_TMPFILE files), root-only. */
+	snprintf(dir, sizeof(dir), "%s/tmp", d->cfg.state_dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", dir);
 	return 0;
 }
 
