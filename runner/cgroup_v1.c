@@ -225,14 +225,23 @@ int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 		snprintf(path, sizeof(path), "%s/run/cpuacct.usage", acct);
 		(void)lb_read_u64_at(AT_FDCWD, path, &ret->cpu_usage_ns);
 	}
-	snprintf(path, sizeof(path), "%s/memory.oom_control", mem);
-	if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &ret->oom_kills) < 0) {
-		/* Kernels before 4.13 have no oom_kill counter: a hit on the limit is the closest sign. */
-		snprintf(path, sizeof(path), "%s/memory.failcnt", mem);
-		(void)lb_read_u64_at(AT_FDCWD, path, &ret->oom_kills);
+	/* v1 counts OOM kills and refused forks in the cgroup of the task concerned, without propagating them to
+	 * the parent (v2 does): add the sandbox directory's own count and its leaves'. */
+	static const char *const where[] = { "", "/init", "/run" };
+	for (size_t i = 0; i < 3; i++) {
+		uint64_t v = 0;
+		snprintf(path, sizeof(path), "%s%s/memory.oom_control", mem, where[i]);
+		if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &v) < 0) {
+			/* Kernels before 4.13 have no oom_kill counter: a hit on the limit is the closest sign. */
+			snprintf(path, sizeof(path), "%s%s/memory.failcnt", mem, where[i]);
+			(void)lb_read_u64_at(AT_FDCWD, path, &v);
+		}
+		ret->oom_kills += v;
+		v = 0;
+		snprintf(path, sizeof(path), "%s%s/pids.events", dir_of(cg, LB_CG1_PIDS), where[i]);
+		(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &v);
+		ret->pids_max += v;
 	}
-	snprintf(path, sizeof(path), "%s/pids.events", dir_of(cg, LB_CG1_PIDS));
-	(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &ret->pids_max);
 	snprintf(path, sizeof(path), "%s/run/memory.max_usage_in_bytes", mem);
 	(void)lb_read_u64_at(AT_FDCWD, path, &ret->peak_bytes);
 	return 0;

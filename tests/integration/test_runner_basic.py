@@ -1,0 +1,113 @@
+"""lensbox-runner end to end: a program runs in a sandbox with every layer on, and its status comes back exactly.
+
+Covers the done-when line (python3 prints 45; the JSON names the Landlock ABI, cgroup version and seccomp state),
+exit codes and signals, a setup failure that names its step, and the process state a program starts with (uid,
+capabilities, securebits, no_new_privs, seccomp mode, clean environment, fds 0-2 only, stdin /dev/null, cwd).
+"""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lensbox_testlib.runner import RunnerEnv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = RunnerEnv()
+    yield e
+    assert e.close() == [], "sandboxes left mounts, loop devices or cgroups behind"
+
+
+def test_sum_prints_45_with_isolation_report(env):
+    r = env.python("print(sum(range(10)))")
+    assert r.rc == 0
+    assert r["stdout"] == "45\n"
+    assert r["exit_code"] == 0 and r["signal"] == 0 and not r["timed_out"]
+    iso = r["isolation"]
+    assert iso["landlock_abi"] == 7  # this machine's kernel offers 7 and the runner knows 7
+    assert iso["cgroup_version"] == "v1"  # hybrid host: memory/cpu/pids/freezer on v1
+    assert iso["seccomp"]["mode"] == 2 and iso["seccomp"]["allowed_syscalls"] > 100
+    assert set(iso["namespaces"]) == {"user", "mnt", "pid", "ipc", "uts", "net", "cgroup"}
+    assert iso["uid_map"] == "1000 200000 1"
+
+
+def test_exit_code_and_signal(env):
+    r = env.python("import sys; sys.exit(3)")
+    assert (r.rc, r["exit_code"], r["signal"]) == (0, 3, 0)
+    r = env.python("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert (r.rc, r["exit_code"], r["signal"]) == (0, -1, 11)
+
+
+def test_missing_program_fails_and_names_execve(env):
+    r = env.run(["no-such-program-xyz"])
+    assert r.rc == 1
+    assert "execve" in r["error"] and "No such file or directory" in r["error"]
+
+
+def test_bad_cwd_fails_and_names_the_step(env):
+    r = env.run(["true"], flags=["--cwd", "/does/not/exist"])
+    assert r.rc == 1
+    assert "chdir" in r["error"]
+
+
+PROBE = r"""
+import json, os
+status = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
+print(json.dumps({
+  'uid': os.getresuid(), 'gid': os.getresgid(), 'groups': os.getgroups(),
+  'caps': {k: status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')},
+  'nnp': status['NoNewPrivs'].strip(), 'seccomp': status['Seccomp'].strip(),
+  'fds': sorted(int(f) for f in os.listdir('/proc/self/fd')),
+  'stdin': os.readlink('/proc/self/fd/0'), 'cwd': os.getcwd(), 'env': dict(os.environ),
+  'pid': os.getpid(), 'hostname': os.uname().nodename,
+  'dumpable_core': open('/proc/self/limits').read().split('Max core file size')[1].split()[0],
+  'root_entries': sorted(os.listdir('/')),
+}))
+"""
+
+
+def test_process_state(env):
+    r = env.python(PROBE, name="probe-state")
+    assert r.rc == 0, r
+    s = json.loads(r["stdout"])
+    assert s["uid"] == [1000, 1000, 1000] and s["gid"] == [1000, 1000, 1000]
+    assert s["groups"] in ([], [1000])
+    assert set(s["caps"].values()) == {"0000000000000000"}
+    assert s["nnp"] == "1" and s["seccomp"] == "2"
+    # 0-2 plus the directory fd listdir itself holds while listing; nothing inherited.
+    assert s["fds"] == [0, 1, 2, 3]
+    assert s["stdin"] == "/dev/null"
+    assert s["cwd"] == "/sandbox"
+    e = s["env"]
+    assert e["HOME"] == "/sandbox" and e["LANG"] == "C.UTF-8" and e["PYTHONUNBUFFERED"] == "1"
+    assert set(e) <= {"HOME", "LANG", "PYTHONUNBUFFERED", "PATH", "PWD"}, e
+    assert s["hostname"] == "probe-state"
+    assert s["dumpable_core"] == "0"
+    assert "sys" in s["root_entries"] and "sandbox" in s["root_entries"]
+
+
+def test_securebits_locked(env):
+    # securebits from prctl(PR_GET_SECUREBITS) through ctypes: NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE and the
+    # locks of those three plus KEEP_CAPS_LOCKED.
+    r = env.python("import ctypes; libc = ctypes.CDLL(None); print(libc.prctl(27, 0, 0, 0, 0))")
+    assert r["stdout"].strip() == str(0x1 | 0x2 | 0x4 | 0x8 | 0x20 | 0x40 | 0x80)
+
+
+def test_extra_env_and_no_host_env(env):
+    os.environ["LENSBOX_HOST_SECRET"] = "leak"
+    try:
+        r = env.python("import os; print(os.environ.get('FOO'), os.environ.get('LENSBOX_HOST_SECRET'))",
+                       flags=["--env", "FOO=bar"])
+    finally:
+        del os.environ["LENSBOX_HOST_SECRET"]
+    assert r["stdout"] == "bar None\n"
+
+
+def test_pid_namespace_sees_only_the_sandbox(env):
+    r = env.python("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+    pids = json.loads(r["stdout"])
+    assert pids[0] == 1 and len(pids) == 2  # the sandbox's init and this program

@@ -1,0 +1,69 @@
+"""cgroup limits: memory (OOM reported, swap off), pids (the limit reported, the sandbox usable afterwards) and cpu
+(the quota holds the program to its share, within 20%)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lensbox_testlib.runner import RunnerEnv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = RunnerEnv()
+    yield e
+    assert e.close() == [], "sandboxes left mounts, loop devices or cgroups behind"
+
+
+def test_memory_bomb_is_oom_killed_and_reported(env):
+    code = "x = []\nwhile True:\n    x.append(bytearray(16 << 20))\n"
+    r = env.python(code, flags=["--memory", "128Mi"])
+    assert r["oom_killed"] is True
+    assert r["signal"] == 9 and r["exit_code"] == -1
+    assert r["peak_memory_bytes"] <= 128 << 20
+
+
+def test_normal_run_reports_no_oom_and_a_peak(env):
+    r = env.python("x = bytearray(50 << 20); print(len(x))", flags=["--memory", "256Mi"])
+    assert r["oom_killed"] is False and r["exit_code"] == 0
+    assert 50 << 20 <= r["peak_memory_bytes"] < 256 << 20
+
+
+def test_fork_bomb_hits_pids_limit_and_sandbox_stays_usable(env):
+    code = (
+        "import errno, os, time\n"
+        "kids, err = 0, None\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError as e:\n"
+        "        err = errno.errorcode[e.errno]; break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(30); os._exit(0)\n"
+        "    kids += 1\n"
+        "print(err, kids)\n"
+    )
+    r = env.python(code, flags=["--pids", "20", "--repeat", "2"])
+    err, kids = r["stdout"].split()
+    assert err == "EAGAIN" and int(kids) < 20
+    assert r["pids_limited"] is True
+    assert r["exit_code"] == 0  # the second run worked: the first run's processes were all killed
+
+
+def test_cpu_limit_holds_the_share(env):
+    # Two busy threads for ~1.5 s of wall time under a 0.5-core quota: CPU time / wall time ~ 0.5.
+    code = (
+        "import threading, time\n"
+        "def spin():\n"
+        "    end = time.monotonic() + 1.5\n"
+        "    while time.monotonic() < end: pass\n"
+        "import multiprocessing as mp\n"
+        "ps = [mp.Process(target=spin) for _ in range(2)]\n"
+        "[p.start() for p in ps]; [p.join() for p in ps]\n"
+    )
+    r = env.python(code, flags=["--cpu", "0.5"])
+    assert r["exit_code"] == 0, r
+    share = r["cpu_ms"] / r["wall_ms"]
+    assert 0.4 <= share <= 0.6, f"cpu share {share:.2f} (cpu {r['cpu_ms']} ms over {r['wall_ms']} ms)"

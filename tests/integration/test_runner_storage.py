@@ -1,0 +1,80 @@
+"""The sandbox's storage: its files persist across start/stop from the same storage directory, and it cannot grow
+past the disk limit (ENOSPC inside, the image on the host stays within the limit)."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from lensbox_testlib.runner import RunnerEnv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = RunnerEnv()
+    yield e
+    assert e.close() == [], "sandboxes left mounts, loop devices or cgroups behind"
+
+
+def test_files_persist_across_start_and_stop(env):
+    st = env.storage("persist")
+    r = env.python("open('/sandbox/notes.txt', 'w').write('kept'); import os; os.mkdir('/sandbox/d')",
+                   storage=st, keep=True)
+    assert r["exit_code"] == 0, r
+    r = env.python("print(open('/sandbox/notes.txt').read(), __import__('os').path.isdir('/sandbox/d'))",
+                   storage=st, keep=True)
+    assert r["stdout"] == "kept True\n"
+    # Without --keep the tool removes the storage after the run.
+    r = env.python("print(open('/sandbox/notes.txt').read())", storage=st)
+    assert r["stdout"] == "kept\n"
+    assert not os.path.exists(st)
+
+
+def test_disk_limit_gives_enospc_and_bounds_host_usage(env):
+    st = env.storage("full")
+    code = (
+        "import errno\n"
+        "chunk = b'x' * (1 << 20)\n"
+        "n = 0\n"
+        "try:\n"
+        "    with open('/sandbox/fill', 'wb') as f:\n"
+        "        while n < 200:\n"
+        "            f.write(chunk); f.flush(); n += 1\n"
+        "        __import__('os').fsync(f.fileno())\n"
+        "    print('no error', n)\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno], n)\n"
+    )
+    r = env.python(code, storage=st, keep=True, flags=["--disk", "64Mi"])
+    word, n = r["stdout"].split()
+    assert word == "ENOSPC"
+    assert 30 <= int(n) < 64
+    img = os.path.join(st, "disk.img")
+    assert os.stat(img).st_size == 64 << 20
+    assert os.stat(img).st_blocks * 512 <= 64 << 20
+    # The sandbox still works with a full disk, and removing the file frees the space.
+    r = env.python("import os; os.remove('/sandbox/fill'); open('/sandbox/ok', 'w').write('y' * 1000); print('ok')",
+                   storage=st, flags=["--disk", "64Mi"])
+    assert r["stdout"] == "ok\n"
+
+
+def test_tmp_is_private_and_bounded(env):
+    code = (
+        "import errno, os\n"
+        "n = 0\n"
+        "try:\n"
+        "    with open('/tmp/fill', 'wb') as f:\n"
+        "        while n < 400:\n"
+        "            f.write(b'x' * (1 << 20)); f.flush(); n += 1\n"
+        "    print('no error', n)\n"
+        "except OSError as e:\n"
+        "    print(errno.errorcode[e.errno], n)\n"
+    )
+    r = env.python(code, flags=["--memory", "1Gi"])
+    word, n = r["stdout"].split()
+    assert word == "ENOSPC"
+    assert int(n) <= 256  # policy/limits.conf: tmp = 256Mi
+    # A second sandbox sees an empty /tmp.
+    r = env.python("import os; print(os.listdir('/tmp'))")
+    assert r["stdout"] == "[]\n"

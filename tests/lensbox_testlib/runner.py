@@ -1,0 +1,94 @@
+"""Helpers for tests that drive the lensbox-runner tool (start + exec + stop, one JSON result).
+
+rootfs() is the image root the sandboxes use: $LENSBOX_TEST_ROOTFS when set (e.g. a tiny busybox root while
+debugging), else the default image unpacked by images/recipes/python --rootfs (cached). RunnerEnv owns a private
+temporary directory holding every storage and the run dir of the tests that use it, and checks at close that no
+mount, loop device or cgroup of its sandboxes was left behind. Standard library only; runs as root.
+"""
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from . import images
+
+SOURCE_DIR = images.SOURCE_DIR
+BUILD_DIR = os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+RUNNER = os.path.join(BUILD_DIR, "runner", "lensbox-runner")
+POLICY_DIR = os.path.join(SOURCE_DIR, "policy")
+_counter = itertools.count()
+
+
+def rootfs():
+    path = os.environ.get("LENSBOX_TEST_ROOTFS")
+    return path if path else images.default_rootfs()
+
+
+def runner_bin():
+    if not os.access(RUNNER, os.X_OK):
+        raise RuntimeError(f"{RUNNER} is not built: cmake --build {BUILD_DIR} --target lensbox-runner")
+    return RUNNER
+
+
+class Result(dict):
+    """The runner's JSON plus the tool's own exit status (rc) and raw stderr."""
+
+    rc = 0
+    tool_stderr = ""
+
+
+class RunnerEnv:
+    def __init__(self):
+        self.base = tempfile.mkdtemp(prefix="lensbox-runner-test-")
+        self.run_dir = os.path.join(self.base, "run")
+        self.names = []
+
+    def storage(self, label=None):
+        return os.path.join(self.base, "storage-" + (label or str(next(_counter))))
+
+    def run(self, argv, storage=None, keep=False, flags=(), timeout=120, name=None):
+        name = name or f"t{os.getpid()}-{next(_counter)}"
+        self.names.append(name)
+        cmd = [runner_bin(), "--rootfs", rootfs(), "--storage", storage or self.storage(), "--policy", POLICY_DIR,
+               "--run-dir", self.run_dir, "--name", name, *flags]
+        if keep:
+            cmd.append("--keep")
+        cmd += ["--", *argv]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        out = proc.stdout.decode("utf-8")  # must be valid UTF-8 whatever the program printed
+        try:
+            res = Result(json.loads(out))
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"runner printed no JSON (rc {proc.returncode}): {out!r} {proc.stderr!r}") from e
+        res.rc = proc.returncode
+        res.tool_stderr = proc.stderr.decode("utf-8", "replace")
+        return res
+
+    def python(self, code, **kw):
+        return self.run(["python3", "-c", code], **kw)
+
+    def leftovers(self):
+        """Mounts, loop devices and cgroups of this env's sandboxes that still exist."""
+        found = []
+        with open("/proc/self/mountinfo") as f:
+            found += [line.split()[4] for line in f if self.base in line.split()[4]]
+        for dev in os.listdir("/sys/block"):
+            bf = f"/sys/block/{dev}/loop/backing_file"
+            if os.path.exists(bf):
+                with open(bf) as f:
+                    if f.read().startswith(self.base):
+                        found.append("/dev/" + dev)
+        for ctrl in ("memory", "cpu", "cpuacct", "pids", "freezer", "unified"):
+            for name in self.names:
+                for top in (f"/sys/fs/cgroup/{ctrl}/lensbox/{name}", f"/sys/fs/cgroup/lensbox/{name}"):
+                    if os.path.exists(top):
+                        found.append(top)
+        return found
+
+    def close(self):
+        left = self.leftovers()
+        shutil.rmtree(self.base, ignore_errors=True)
+        return left
