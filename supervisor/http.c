@@ -384,15 +384,14 @@ int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err)
 		return lb_error_wrap(err, "creating the API socket");
 	h->listen_fd = fd;
 	snprintf(h->path, sizeof(h->path), "%s", d->cfg.socket_path);
-	h->mhd =
-	    MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-				 MHD_USE_ERROR_LOG | MHD_USE_ITC,
-			     0, NULL, NULL, on_request, d, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED,
-			     on_completed, d, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL,
-			     MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections,
-			     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->cfg.connection_timeout_seconds,
-			     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_THREAD_STACK_SIZE,
-			     (size_t)(512 * 1024), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+	h->mhd = MHD_start_daemon(
+	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
+		MHD_USE_ITC,
+	    0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, d, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)d->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+	    MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
 	if (!h->mhd) {
 		close(fd);
 		unlink(h->path);

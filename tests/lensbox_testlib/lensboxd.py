@@ -1,0 +1,237 @@
+"""A real lensboxd for tests: started on a temporary socket and state directory, talked to through http.client
+over AF_UNIX and through curl --unix-socket, and checked for leaked kernel objects afterwards.
+
+    from lensbox_testlib.lensboxd import Daemon
+    with Daemon(settings={"idle_minutes": "2s"}) as d:
+        status, body = d.request("GET", "/v1/health")
+
+Each Daemon gets its own directories, its own random host-uid range and names its sandboxes with a per-process
+prefix (d.name("x")), so tests running in parallel never share a sandbox, a cgroup or a uid. Standard library only;
+runs as root like every lensbox test.
+"""
+
+import glob
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import images
+
+SOURCE_DIR = os.environ.get("LENSBOX_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD_DIR = os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+LENSBOXD = os.path.join(BUILD_DIR, "supervisor", "lensboxd")
+DEFAULT_IMAGE = "python:3.12-slim"
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "clients", "python"))
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=120):
+        super().__init__("lensbox", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def prepare_images_dir(root):
+    """An images_dir holding the default image (python:3.12-slim) as a link to the recipe's unpacked root."""
+    try:
+        rootfs = images.default_rootfs()
+    except Exception as e:  # the recipe's own message says what is missing
+        raise AssertionError(f"the default image could not be built (images/recipes/python --rootfs): {e}")
+    d = os.path.join(root, "python_3.12-slim")
+    os.makedirs(d, exist_ok=True)
+    os.symlink(rootfs, os.path.join(d, "rootfs"))
+    return root
+
+
+class Daemon:
+    def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None):
+        assert os.path.isfile(LENSBOXD), f"{LENSBOXD} was not built (cmake --build the lensboxd target)"
+        self.dir = keep_dirs or tempfile.mkdtemp(prefix="lbd-")
+        os.chmod(self.dir, 0o700)
+        self.socket = os.path.join(self.dir, "sock", "lensboxd.sock")
+        self.state = os.path.join(self.dir, "state")
+        self.run_dir = os.path.join(self.dir, "run")
+        self.images = images_dir or os.path.join(self.dir, "images")
+        if not images_dir and not os.path.isdir(self.images):
+            os.makedirs(self.images)
+            prepare_images_dir(self.images)
+        self.prefix = f"t{os.getpid() % 100000}-{random.randrange(36 ** 3):03x}"
+        # A host-uid range of its own: daemons of parallel tests must never share a uid.
+        self.uid_start = 1_100_000_000 + random.randrange(20000) * 10000
+        self.settings = {
+            "uid_range_start": str(self.uid_start),
+            "uid_range_count": "10000",
+            "timer_interval_ms": "200",
+            "log_level": "info",
+        }
+        self.settings.update(settings or {})
+        self.proc = None
+        self.log_path = os.path.join(self.dir, "lensboxd.log")
+        if start:
+            self.start()
+
+    # ---- process ----
+
+    def argv(self):
+        argv = [LENSBOXD, "--config", os.path.join(self.dir, "none.conf"), "--socket", self.socket,
+                "--state-dir", self.state, "--run-dir", self.run_dir,
+                "--policy-dir", os.path.join(SOURCE_DIR, "policy"), "--images-dir", self.images]
+        for k, v in self.settings.items():
+            argv += ["--set", f"{k}={v}"]
+        return argv
+
+    def start(self, timeout=20):
+        open(os.path.join(self.dir, "none.conf"), "a").close()
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"lensboxd exited with {self.proc.returncode} at start:\n{self.read_log()[-3000:]}")
+            if os.path.exists(self.socket):
+                try:
+                    status, _ = self.request("GET", "/v1/health", timeout=5)
+                    if status == 200:
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        raise AssertionError(f"lensboxd did not answer within {timeout} s:\n{self.read_log()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("lensboxd did not stop within %d s after signal %d" % (timeout, sig))
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill9(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.proc = None
+
+    def read_log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def cleanup(self):
+        """Deletes every sandbox this daemon knows, stops it and removes its directories."""
+        if self.proc and self.proc.poll() is None:
+            try:
+                _, body = self.request("GET", "/v1/sandboxes", timeout=30)
+                for sb in body.get("sandboxes", []):
+                    self.request("DELETE", "/v1/sandboxes/" + sb["name"], timeout=120)
+            except OSError:
+                pass
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+    # ---- talking to it ----
+
+    def name(self, suffix):
+        return f"{self.prefix}-{suffix}"
+
+    def client(self, timeout=60.0):
+        from lensbox_client import Client
+        return Client(self.socket, timeout=timeout)
+
+    def raw(self, method, path, body=None, headers=None, timeout=120):
+        """(status, headers dict, raw bytes)."""
+        conn = UnixHTTPConnection(self.socket, timeout=timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body).encode()
+                headers = dict(headers or {}, **{"Content-Type": "application/json"})
+            chunked = (headers or {}).get("Transfer-Encoding") == "chunked"
+            conn.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+            resp = conn.getresponse()
+            data = resp.read()
+            return resp.status, dict(resp.getheaders()), data
+        finally:
+            conn.close()
+
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        """(status, parsed JSON body or None)."""
+        status, _, data = self.raw(method, path, body, headers, timeout)
+        try:
+            return status, json.loads(data) if data else None
+        except ValueError:
+            return status, data
+
+    def run(self, name, source, language="python", timeout=120, **fields):
+        body = dict(language=language, source=source, **fields)
+        return self.request("POST", f"/v1/sandboxes/{name}/runs", body, timeout=timeout)
+
+    def ok_run(self, name, source, language="python", **fields):
+        status, body = self.run(name, source, language, **fields)
+        assert status == 200, (status, body)
+        return body
+
+    def curl(self, *args):
+        """curl --unix-socket against the daemon: (status, body bytes)."""
+        out = subprocess.run(["curl", "-s", "-S", "--unix-socket", self.socket, "-w", "\n%{http_code}", *args],
+                             capture_output=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        body, _, code = out.stdout.rpartition(b"\n")
+        return int(code), body
+
+    # ---- what the kernel holds ----
+
+    def leaks(self, names=None):
+        """Kernel objects left for this daemon's sandboxes: mounts under run_dir, loop devices backed by files in
+        state_dir, cgroups named after its sandboxes, processes running as one of its host uids."""
+        found = []
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                if self.run_dir in line or self.state in line.split(" - ")[0]:
+                    found.append("mount: " + line.strip())
+        for bf in glob.glob("/sys/block/loop*/loop/backing_file"):
+            try:
+                with open(bf) as f:
+                    if f.read().startswith(self.state):
+                        found.append("loop: " + bf)
+            except OSError:
+                pass
+        for cg in glob.glob("/sys/fs/cgroup/*/lensbox/" + self.prefix + "-*") + \
+                glob.glob("/sys/fs/cgroup/unified/lensbox/" + self.prefix + "-*") + \
+                glob.glob("/sys/fs/cgroup/lensbox/" + self.prefix + "-*"):
+            found.append("cgroup: " + cg)
+        lo, hi = self.uid_start, self.uid_start + 10000
+        for st in glob.glob("/proc/[0-9]*/status"):
+            try:
+                with open(st) as f:
+                    for line in f:
+                        if line.startswith("Uid:"):
+                            uid = int(line.split()[1])
+                            if lo <= uid < hi:
+                                found.append(f"process: {st} uid {uid}")
+                            break
+            except OSError:
+                pass
+        return found
