@@ -680,17 +680,23 @@ static int op_ps(char **a)
 
 /* ---- kernel interfaces the policy denies ------------------------------------------------------------------- */
 
+/* Gets a handle with name_to_handle_at (a made-up one if the filesystem has none) and opens it: the "shocker"
+ * escape opened host files by guessing handles relative to a mount fd. */
 static int op_open_by_handle_at(char **a)
 {
 	struct {
 		struct file_handle fh;
 		unsigned char bytes[128];
 	} h;
+	memset(&h, 0, sizeof(h));
 	h.fh.handle_bytes = sizeof(h.bytes);
 	int mount_id;
-	if (name_to_handle_at(AT_FDCWD, a[0] ? a[0] : "/", &h.fh, &mount_id, 0) < 0)
-		return report_errno(errno);
-	int mfd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (name_to_handle_at(AT_FDCWD, a[0] ? a[0] : "/sandbox", &h.fh, &mount_id, 0) < 0) {
+		h.fh.handle_bytes = 8;
+		h.fh.handle_type = 1; /* FILEID_INO32_GEN: inode 2 (a root directory), generation 0 */
+		h.bytes[0] = 2;
+	}
+	int mfd = open(a[0] ? a[0] : "/sandbox", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	return report(open_by_handle_at(mfd, &h.fh, O_RDONLY));
 }
 
