@@ -3,10 +3,8 @@
 #
 # Sets the guest up the way a systemd host runs lensboxd, then runs the selected tests and reports:
 #   - proc, sysfs, devpts, /dev/shm, tmpfs on /tmp and /run; cgroup2 on /sys/fs/cgroup with systemd's options;
-#   - every available controller enabled from the root down to /sys/fs/cgroup/lensbox.service (the unit's
-#     cgroup, Delegate=yes), whose subtree_control holds every controller too; PID 1 sits in init.scope, and the
-#     test run (and so lensboxd or lensbox-runner it starts) in the leaf lensbox.service/supervisor, as a
-#     delegated daemon moves itself before creating sandbox cgroups next to it;
+#   - every available controller enabled in the root's subtree_control, PID 1 in init.scope; launch.py makes
+#     the rest of the systemd-like layout (the tests' scope and the delegated lensbox.service, see there);
 #   - runs /lensbox-vm/launch.py (pytest with the host's selection) with output on the console and on the
 #     results disk, then writes the exit status there and prints "LENSBOX-VM-RESULT rc=N" on the console.
 # Invariant: whatever happens, the last thing is a result marker (or none, which the host treats as failure)
@@ -37,7 +35,6 @@ cg=/sys/fs/cgroup
 mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 $cg || result 5
 for c in $(cat $cg/cgroup.controllers); do echo "+$c" >$cg/cgroup.subtree_control || result 5; done
 mkdir $cg/init.scope && echo $$ >$cg/init.scope/cgroup.procs || result 5
-mkdir $cg/lensbox.service $cg/lensbox.service/supervisor || result 5
 {
 	echo "kernel $(uname -r)"
 	echo "controllers $(cat $cg/cgroup.controllers)"
@@ -46,8 +43,6 @@ mkdir $cg/lensbox.service $cg/lensbox.service/supervisor || result 5
 } | tee /results/facts.txt
 
 (
-	# launch.py moves itself into lensbox.service (what systemd does for the unit), then into the leaf, and
-	# enables every controller in lensbox.service's subtree_control (what the delegated daemon does).
 	exec python3 /lensbox-vm/launch.py
 ) 2>&1 | tee /results/pytest.log
 rc=$?

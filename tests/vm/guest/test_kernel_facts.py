@@ -15,7 +15,7 @@ if os.environ.get("LENSBOX_VM_LANE") != "1":
                 allow_module_level=True)
 
 CG = "/sys/fs/cgroup"
-UNIT = os.environ["LENSBOX_VM_CGROUP_DELEGATE"]
+UNIT = os.environ["LENSBOX_VM_SYSTEMD_UNIT"]
 REQUIRED = {"cpuset", "cpu", "io", "memory", "pids"}
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -47,17 +47,18 @@ def test_root_offers_and_enables_every_controller():
     assert set(read(f"{CG}/cgroup.subtree_control").split()) == offered
 
 
-def test_delegated_unit_enables_every_controller_for_sandboxes():
+def test_tests_run_in_their_own_scope():
+    assert read("/proc/self/cgroup").strip() == "0::/vm-lane.scope"
+
+
+def test_lensbox_unit_is_delegated_like_systemd_does():
     offered = set(read(f"{CG}/cgroup.controllers").split())
-    assert set(read(f"{UNIT}/cgroup.subtree_control").split()) == offered
-    # The unit has no processes of its own (the no-internal-process rule), the run sits in the leaf.
-    assert read(f"{UNIT}/cgroup.procs") == ""
-    own = read("/proc/self/cgroup").strip()
-    assert own == "0::" + UNIT[len(CG):] + "/supervisor"
+    assert set(read(f"{UNIT}/cgroup.controllers").split()) == offered
+    assert os.getxattr(UNIT, "trusted.delegate") == b"1"
 
 
-def test_a_child_cgroup_of_the_unit_has_every_limit_file(tmp_path):
-    child = f"{UNIT}/vm-lane-probe-{os.getpid()}"
+def test_a_child_cgroup_has_every_limit_file():
+    child = f"{CG}/vm-lane-probe-{os.getpid()}"
     os.mkdir(child)
     try:
         for f in ("memory.max", "memory.swap.max", "memory.events", "memory.peak", "cpu.max", "pids.max",
