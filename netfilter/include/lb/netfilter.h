@@ -1,0 +1,103 @@
+/*
+ * netfilter.h — per-sandbox network tiers (off, packages, web), enforced in the host's network namespace.
+ *
+ * Used by lensboxd (root, many threads) and the lensbox-net tool. lb_net_init() loads lensbox's own nftables table
+ * `inet lensbox` from policy/network/base.nft and starts two services in the calling process: the DNS resolver every
+ * sandbox with a network uses, and the relay that `packages` sandboxes' TCP 80/443 is redirected to (it reads the TLS
+ * SNI or HTTP Host without terminating TLS and connects only to listed names). lb_net_attach() gives one sandbox a
+ * veth pair, a /30 from the pool, a default route and its tier's rules (policy/network/<tier>.nft with its interface
+ * and sets substituted); lb_net_detach() removes all of it. Nothing inside a sandbox holds CAP_NET_ADMIN over any of
+ * it: every rule and service lives on the host side.
+ *
+ * Threading: every function may be called from any thread; the context serialises its own state. The network
+ * namespace that the context manages is the one the caller was in at lb_net_init() (host_netns_fd).
+ * Errors: functions return 0 or a negative errno and fill *err with a sentence naming the failed step.
+ */
+#ifndef LB_NETFILTER_H
+#define LB_NETFILTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lb/error.h"
+
+#define LB_NET_DEFAULT_POOL	     "10.231.0.0/16"
+#define LB_NET_DEFAULT_RESOLVER_PORT 10053
+#define LB_NET_DEFAULT_RELAY_PORT    10080
+#define LB_NET_IFPREFIX		     "lbh" /* host-side veth names: lbh<slot> */
+
+struct lb_net_config {
+	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
+	const char *pool;	  /* IPv4 CIDR, prefix 8..28; each sandbox takes a /30. NULL: LB_NET_DEFAULT_POOL */
+	const char *dns_upstream; /* "IPv4" or "IPv4:port" the resolver and relay ask; NULL: first IPv4 nameserver
+				     of /etc/resolv.conf */
+	uint16_t resolver_port;	  /* host port the sandboxes' DNS is redirected to; 0: default */
+	uint16_t relay_port;	  /* host port the packages tier's TCP 80/443 is redirected to; 0: default */
+	const char *const *extra_package_names; /* added to packages.list (e.g. the npm registry's host); may be NULL */
+	uint32_t connect_timeout_ms;		/* relay to upstream and DNS upstream wait; 0: 3000 */
+};
+
+struct lb_net; /* opaque context */
+
+/* What the host-side firewall looks like, for /v1/health. */
+struct lb_net_health {
+	bool table_loaded;	   /* `inet lensbox` is present */
+	bool foreign_forward_drop; /* another table's forward chain has policy drop (Docker, ufw, firewalld) */
+	char foreign_forward[128]; /* e.g. "ip filter FORWARD (policy drop)"; empty when none */
+	bool ip_forward;	   /* net.ipv4.ip_forward (all interfaces) */
+	char uplinks[64];	   /* interfaces lensbox turned forwarding on for (default routes' devices) */
+	unsigned sandboxes;	   /* attached sandboxes */
+	char dns_upstream[32];
+	unsigned n_package_names;
+};
+
+/* What lb_net_attach() built. */
+struct lb_net_info {
+	char host_ifname[16];	 /* lbh<slot> in the host namespace */
+	char sandbox_ifname[16]; /* eth0 in the sandbox */
+	char address[16];	 /* the sandbox's IPv4 address (dotted) */
+	char gateway[16];	 /* the host side, also the sandbox's resolver */
+	unsigned prefix;	 /* 30 */
+	unsigned slot;
+};
+
+/* Loads policy/network/ (denied.list, packages.list, base.nft), replaces any existing `inet lensbox` table with a
+ * fresh one, marks the slots of veths left by an earlier run as taken (lb_net_reconcile() removes them) and starts
+ * the resolver and relay threads. Must run in the host's network namespace as root. On success *ret is the
+ * caller's (lb_net_free). */
+int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err);
+
+/* Stops the services and frees ctx. Leaves the table and the sandboxes' veths in place (a restart reconciles);
+ * call lb_net_unload() first to remove everything. NULL is fine. */
+void lb_net_free(struct lb_net *ctx);
+
+/* Removes every sandbox's veth and the whole `inet lensbox` table. */
+int lb_net_unload(struct lb_net *ctx, struct lb_error *err);
+
+/* Plugs sandbox name (^[a-z0-9][a-z0-9._-]{0,62}$) into tier "off", "packages" or "web". netns_fd is the sandbox's
+ * network namespace (borrowed). "off" touches nothing but lo, which is brought up; ret_info (may be NULL) then
+ * has empty names. An earlier attachment of the same name is removed first. On failure nothing is left behind. */
+int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
+		  struct lb_error *err);
+
+/* Removes the sandbox's veth, subnet, sets, chains and counters. -ENOENT when nothing is attached under name. */
+int lb_net_detach(struct lb_net *ctx, const char *name, struct lb_error *err);
+
+/* Removes every veth and per-sandbox rule whose sandbox is not among known[0..n_known) (after a crash); known may be
+ * NULL when n_known is 0, which removes every sandbox. *ret_removed (may be NULL) counts what was removed. */
+int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_known, unsigned *ret_removed,
+		     struct lb_error *err);
+
+/* Packets of sandbox name refused so far (network_blocked): the nftables counter plus the relay's and resolver's
+ * refusals. Subtract two readings to count one run. */
+int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct lb_error *err);
+
+/* Fills h; never fails. */
+void lb_net_health(struct lb_net *ctx, struct lb_net_health *h);
+
+/* The host of `npm config get registry` when npm is installed (runs it with a 5 s limit, as the caller). Writes
+ * the host name into buf. -ENOENT when npm is missing or prints nothing usable. */
+int lb_net_npm_registry_host(char *buf, size_t size);
+
+#endif

@@ -1,0 +1,99 @@
+/*
+ * internal.h — what the files of netfilter/ share: the context, the nftables and netlink helpers, the services.
+ *
+ * Not installed; only the files of netfilter/src include it. The context's mutable state (slots, counters) is guarded
+ * by ctx->lock; the lists and the configuration are immutable after lb_net_init().
+ */
+#ifndef LB_NETFILTER_INTERNAL_H
+#define LB_NETFILTER_INTERNAL_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lb/netfilter.h"
+#include "lb/netparse.h"
+
+enum lb_tier_id { LB_TIER_OFF = 0, LB_TIER_PACKAGES = 1, LB_TIER_WEB = 2 };
+
+struct lb_slot {
+	bool used;
+	enum lb_tier_id tier;
+	char name[64];
+	int host_ifindex;
+	uint64_t service_refusals; /* refusals by the resolver and relay (the nft counter counts the rest) */
+};
+
+struct lb_service; /* a running resolver or relay */
+
+struct lb_net {
+	pthread_mutex_t lock;
+	char *policy_dir;
+	uint32_t pool_base; /* host order */
+	unsigned pool_prefix;
+	struct lb_slot *slots;
+	size_t n_slots;
+	struct lb_cidr_list denied; /* denied.list plus the pool */
+	struct lb_name_list packages;
+	struct sockaddr_in upstream;
+	uint16_t resolver_port, relay_port;
+	uint32_t timeout_ms;
+	char *web_template, *packages_template;
+	char uplinks[64]; /* interfaces whose forwarding lb_net_init() turned on */
+	struct lb_service *resolver, *relay;
+	atomic_uint relay_conns; /* live relay connections (bounded) */
+	atomic_uint dns_inflight;
+};
+
+/* ---- ruleset.c: libnftables ---- */
+
+/* Runs nft commands as one transaction. *ret_out (may be NULL) gets nft's output (caller frees). */
+int lb_nft_run(const char *cmds, char **ret_out, struct lb_error *err);
+/* Replaces every "{{KEY}}" of tmpl with its value; unknown keys are an error. */
+int lb_template_fill(const char *tmpl, const char *const *keys, const char *const *vals, size_t n, char **ret,
+		     struct lb_error *err);
+/* Deletes the per-sandbox objects (sb<slot>_*) and map elements (lbh<slot>) that exist. */
+int lb_nft_remove_slot(unsigned slot, struct lb_error *err);
+/* Slots that have any object in the table: bitmap of n bits set (caller's array of n bools). */
+int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err);
+int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err);
+/* Whether some other table has a forward base chain with policy drop; describes the first in desc. */
+int lb_nft_foreign_forward_drop(bool *ret, char *desc, size_t size);
+
+/* ---- veth.c: libnl-3 ---- */
+
+int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
+		   int *ret_host_ifindex, struct lb_error *err);
+/* Host side: gateway/30 up, forwarding on, IPv6 off. */
+int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err);
+/* Inside netns_fd: lo up, and (when sandbox_ifname) its address/30, default route via gateway, IPv6 off. */
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
+			  struct lb_error *err);
+int lb_veth_delete(const char *host_ifname, struct lb_error *err);
+/* Turns IPv4 forwarding on for the interfaces of the main table's default routes; their names go into names. */
+int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err);
+/* Calls fn for each host-side veth named LB_NET_IFPREFIX<N> with its slot and alias (may be ""). */
+int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void *data, struct lb_error *err);
+
+/* ---- services.c: resolver and relay ---- */
+
+int lb_resolver_start(struct lb_net *ctx, struct lb_error *err);
+int lb_relay_start(struct lb_net *ctx, struct lb_error *err);
+void lb_service_stop(struct lb_service *s);
+
+/* Asks the upstream for name's A records and keeps those outside the denied ranges (and not the host's own).
+ * *ret_n may be 0; *ret_dropped counts the addresses that were refused. */
+int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
+			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+
+/* ---- net.c ---- */
+
+/* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
+int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier_id *ret_tier);
+void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
+/* Whether addr (network order) is denied or one of the host's own addresses. */
+bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be);
+
+#endif

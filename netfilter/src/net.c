@@ -1,0 +1,635 @@
+/*
+ * net.c — the network context: loading the policy, giving sandboxes their slot, veth and rules, taking them away.
+ *
+ * Runs in lensboxd (root, any thread) in the host's network namespace. A slot N is a /30 of the pool:
+ *
+ *   pool base + 4N + 0   network        + 1   gateway (host side, lbh<N>, the resolver)
+ *                  + 2   the sandbox (eth0 inside)   + 3   broadcast
+ *
+ * Order of attach: slot taken (under the lock) -> veth created into the sandbox's netns -> host side addressed ->
+ * sandbox side addressed and routed -> the tier's rules loaded in one nft transaction. Until the last step the
+ * base chains drop everything from lbh<N> (no map element), so a half-built sandbox reaches nothing. Any failure
+ * undoes the earlier steps. Detach runs the other way: rules first, then the veth.
+ * Invariants: a slot is used iff its sandbox has (or is getting) a veth; names and tiers are validated before use.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "internal.h"
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+extern char **environ;
+
+#define MAX_SLOTS 16384
+
+static bool name_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool ok =
+		    (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+static int tier_parse(const char *s, enum lb_tier_id *ret)
+{
+	if (strcmp(s, "off") == 0)
+		*ret = LB_TIER_OFF;
+	else if (strcmp(s, "packages") == 0)
+		*ret = LB_TIER_PACKAGES;
+	else if (strcmp(s, "web") == 0)
+		*ret = LB_TIER_WEB;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int read_policy_file(const char *dir, const char *name, char **ret, struct lb_error *err)
+{
+	_cleanup_free_ char *path = NULL;
+	if (asprintf(&path, "%s/network/%s", dir, name) < 0)
+		return lb_error_set(err, ENOMEM, "building a path");
+	size_t len;
+	int r = lb_read_file_at(AT_FDCWD, path, 1 << 20, ret, &len);
+	if (r < 0)
+		return lb_error_set(err, r, "reading %s", path);
+	return 0;
+}
+
+static int parse_upstream(const char *s, struct sockaddr_in *ret)
+{
+	char host[64];
+	unsigned long port = 53;
+	const char *colon = strchr(s, ':');
+	size_t n = colon ? (size_t)(colon - s) : strlen(s);
+	if (n == 0 || n >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, s, n);
+	host[n] = '\0';
+	if (colon) {
+		char *end;
+		port = strtoul(colon + 1, &end, 10);
+		if (*end || port == 0 || port > 65535)
+			return -EINVAL;
+	}
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
+		return -EINVAL;
+	*ret = a;
+	return 0;
+}
+
+static int resolv_conf_upstream(struct sockaddr_in *ret)
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	if (lb_read_file_at(AT_FDCWD, "/etc/resolv.conf", 1 << 16, &text, &len) < 0)
+		return -ENOENT;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		char addr[64];
+		if (sscanf(line, " nameserver %63s", addr) == 1 && parse_upstream(addr, ret) == 0)
+			return 0;
+	}
+	return -ENOENT;
+}
+
+static void ip_str(uint32_t host_order, char buf[16])
+{
+	uint32_t be = htonl(host_order);
+	inet_ntop(AF_INET, &be, buf, 16);
+}
+
+static int load_base(struct lb_net *ctx, struct lb_error *err)
+{
+	_cleanup_free_ char *tmpl = NULL, *text = NULL, *all = NULL;
+	int r = read_policy_file(ctx->policy_dir, "base.nft", &tmpl, err);
+	if (r < 0)
+		return r;
+	char pool[32], rport[8], lport[8], base[16];
+	ip_str(ctx->pool_base, base);
+	snprintf(pool, sizeof(pool), "%s/%u", base, ctx->pool_prefix);
+	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
+	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
+	const char *keys[] = { "POOL4", "RESOLVER_PORT", "RELAY_PORT" };
+	const char *vals[] = { pool, rport, lport };
+	r = lb_template_fill(tmpl, keys, vals, LB_ARRAY_SIZE(keys), &text, err);
+	if (r < 0)
+		return lb_error_wrap(err, "network/base.nft");
+
+	/* the denied sets' elements, from denied.list */
+	_cleanup_free_ char *v4 = NULL, *v6 = NULL;
+	size_t l4 = 0, l6 = 0;
+	FILE *f4 = open_memstream(&v4, &l4), *f6 = open_memstream(&v6, &l6);
+	if (!f4 || !f6) {
+		if (f4)
+			fclose(f4);
+		if (f6)
+			fclose(f6);
+		return lb_error_set(err, ENOMEM, "building the denied sets");
+	}
+	for (size_t i = 0; i < ctx->denied.n; i++) {
+		const struct lb_cidr *c = &ctx->denied.v[i];
+		char s[INET6_ADDRSTRLEN];
+		inet_ntop(c->family, c->addr, s, sizeof(s));
+		FILE *f = c->family == AF_INET ? f4 : f6;
+		fprintf(f, "%s%s/%u", ftell(f) ? ", " : "", s, c->prefix);
+	}
+	fclose(f4);
+	fclose(f6);
+	/* Replace any earlier table in the same transaction: "add" makes sure "delete" has something to delete. */
+	if (asprintf(&all,
+		     "add table inet lensbox\ndelete table inet lensbox\n%s\n"
+		     "add element inet lensbox denied4 { %s }\nadd element inet lensbox denied6 { %s }\n",
+		     text, v4, v6) < 0)
+		return lb_error_set(err, ENOMEM, "building the base ruleset");
+	r = lb_nft_run(all, NULL, err);
+	if (r < 0)
+		return lb_error_wrap(err, "loading network/base.nft");
+	return 0;
+}
+
+static void mark_existing(unsigned slot, const char *alias, void *data)
+{
+	struct lb_net *ctx = data;
+	if (slot >= ctx->n_slots)
+		return;
+	ctx->slots[slot].used = true;
+	const char *name = strncmp(alias, "lensbox:", 8) == 0 ? alias + 8 : "";
+	snprintf(ctx->slots[slot].name, sizeof(ctx->slots[slot].name), "%s", name);
+	ctx->slots[slot].tier = LB_TIER_OFF; /* unknown until re-attached; services refuse it meanwhile */
+}
+
+int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err)
+{
+	struct lb_net *ctx = calloc(1, sizeof(*ctx));
+	if (!ctx)
+		return lb_error_set(err, ENOMEM, "allocating the network context");
+	pthread_mutex_init(&ctx->lock, NULL);
+	int r;
+	ctx->policy_dir = strdup(cfg->policy_dir);
+	if (!ctx->policy_dir) {
+		r = lb_error_set(err, ENOMEM, "copying the policy path");
+		goto fail;
+	}
+
+	struct lb_cidr pool;
+	const char *pool_s = cfg->pool ? cfg->pool : LB_NET_DEFAULT_POOL;
+	if (lb_cidr_parse(pool_s, &pool) < 0 || pool.family != AF_INET || pool.prefix < 8 || pool.prefix > 28) {
+		r = lb_error_setx(err, EINVAL, "network pool %s: expected an IPv4 range with prefix 8..28", pool_s);
+		goto fail;
+	}
+	uint32_t base_be;
+	memcpy(&base_be, pool.addr, 4);
+	ctx->pool_base = ntohl(base_be);
+	ctx->pool_prefix = pool.prefix;
+	ctx->n_slots = (size_t)1 << (32 - pool.prefix - 2);
+	if (ctx->n_slots > MAX_SLOTS)
+		ctx->n_slots = MAX_SLOTS;
+	ctx->slots = calloc(ctx->n_slots, sizeof(*ctx->slots));
+	if (!ctx->slots) {
+		r = lb_error_set(err, ENOMEM, "allocating slots");
+		goto fail;
+	}
+	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
+	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
+	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
+	if (cfg->dns_upstream) {
+		if (parse_upstream(cfg->dns_upstream, &ctx->upstream) < 0) {
+			r = lb_error_setx(err, EINVAL, "DNS upstream %s: expected IPv4[:port]", cfg->dns_upstream);
+			goto fail;
+		}
+	} else if (resolv_conf_upstream(&ctx->upstream) < 0) {
+		r = lb_error_setx(err, ENOENT, "no IPv4 nameserver in /etc/resolv.conf and no DNS upstream configured");
+		goto fail;
+	}
+
+	_cleanup_free_ char *denied = NULL, *names = NULL;
+	r = read_policy_file(cfg->policy_dir, "denied.list", &denied, err);
+	if (r < 0)
+		goto fail;
+	r = lb_cidr_list_parse(denied, &ctx->denied, err);
+	if (r < 0) {
+		lb_error_wrap(err, "network/denied.list");
+		goto fail;
+	}
+	r = lb_cidr_list_add(&ctx->denied, &pool); /* other sandboxes' subnets */
+	if (r < 0) {
+		lb_error_set(err, r, "adding the pool to the denied ranges");
+		goto fail;
+	}
+	r = read_policy_file(cfg->policy_dir, "packages.list", &names, err);
+	if (r < 0)
+		goto fail;
+	r = lb_name_list_parse(names, &ctx->packages, err);
+	if (r < 0) {
+		lb_error_wrap(err, "network/packages.list");
+		goto fail;
+	}
+	for (const char *const *p = cfg->extra_package_names; p && *p; p++) {
+		r = lb_name_list_add(&ctx->packages, *p);
+		if (r < 0) {
+			lb_error_set(err, r, "extra package host %.64s", *p);
+			goto fail;
+		}
+	}
+	r = read_policy_file(cfg->policy_dir, "web.nft", &ctx->web_template, err);
+	if (r < 0)
+		goto fail;
+	r = read_policy_file(cfg->policy_dir, "packages.nft", &ctx->packages_template, err);
+	if (r < 0)
+		goto fail;
+
+	r = load_base(ctx, err);
+	if (r < 0)
+		goto fail;
+	r = lb_veth_enable_uplink_forwarding(ctx->uplinks, sizeof(ctx->uplinks), err);
+	if (r < 0) {
+		lb_error_wrap(err, "enabling forwarding on the uplink");
+		goto fail;
+	}
+	r = lb_veth_list(mark_existing, ctx, err);
+	if (r < 0)
+		goto fail;
+	r = lb_resolver_start(ctx, err);
+	if (r < 0)
+		goto fail;
+	r = lb_relay_start(ctx, err);
+	if (r < 0)
+		goto fail;
+	*ret = ctx;
+	return 0;
+fail:
+	lb_net_free(ctx);
+	return r;
+}
+
+void lb_net_free(struct lb_net *ctx)
+{
+	if (!ctx)
+		return;
+	lb_service_stop(ctx->resolver);
+	lb_service_stop(ctx->relay);
+	/* detached per-connection threads hold ctx: wait for them (each is bounded by its time-outs) */
+	for (int i = 0; i < 1000 && (atomic_load(&ctx->relay_conns) || atomic_load(&ctx->dns_inflight)); i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	lb_cidr_list_free(&ctx->denied);
+	lb_name_list_free(&ctx->packages);
+	free(ctx->web_template);
+	free(ctx->packages_template);
+	free(ctx->slots);
+	free(ctx->policy_dir);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+}
+
+static void slot_ifname(unsigned slot, char buf[16])
+{
+	snprintf(buf, 16, LB_NET_IFPREFIX "%u", slot);
+}
+
+/* Removes everything of slot (rules, then veth) and frees it. Errors other than "absent" are reported. */
+static int teardown_slot(struct lb_net *ctx, unsigned slot, struct lb_error *err)
+{
+	int r = lb_nft_remove_slot(slot, err);
+	if (r < 0)
+		return r;
+	char ifname[16];
+	slot_ifname(slot, ifname);
+	struct lb_error e2;
+	r = lb_veth_delete(ifname, &e2);
+	if (r < 0 && r != -ENODEV) {
+		*err = e2;
+		return r;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	memset(&ctx->slots[slot], 0, sizeof(ctx->slots[slot]));
+	pthread_mutex_unlock(&ctx->lock);
+	return 0;
+}
+
+static int find_slot_locked(struct lb_net *ctx, const char *name)
+{
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (ctx->slots[i].used && strcmp(ctx->slots[i].name, name) == 0)
+			return (int)i;
+	return -ENOENT;
+}
+
+int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
+		  struct lb_error *err)
+{
+	enum lb_tier_id t;
+	if (!name_valid(name))
+		return lb_error_setx(err, EINVAL, "sandbox name %.64s is not valid", name);
+	if (tier_parse(tier, &t) < 0)
+		return lb_error_setx(err, EINVAL, "unknown network tier %.16s (off, packages, web)", tier);
+
+	/* an earlier attachment of this name goes first */
+	int r = lb_net_detach(ctx, name, err);
+	if (r < 0 && r != -ENOENT)
+		return lb_error_wrap(err, "removing the earlier network of %s", name);
+
+	if (t == LB_TIER_OFF) {
+		r = lb_veth_setup_sandbox(netns_fd, NULL, 0, 0, err);
+		if (r < 0)
+			return lb_error_wrap(err, "sandbox %s, tier off", name);
+		if (ret_info)
+			*ret_info = (struct lb_net_info){ 0 };
+		return 0;
+	}
+
+	pthread_mutex_lock(&ctx->lock);
+	unsigned slot = 0;
+	bool found = false;
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (!ctx->slots[i].used) {
+			slot = (unsigned)i;
+			found = true;
+			break;
+		}
+	if (found) {
+		ctx->slots[slot] = (struct lb_slot){ .used = true, .tier = LB_TIER_OFF };
+		snprintf(ctx->slots[slot].name, sizeof(ctx->slots[slot].name), "%s", name);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (!found)
+		return lb_error_setx(err, ENOSPC, "the network pool has no free /30 left (%zu sandboxes)",
+				     ctx->n_slots);
+
+	char ifname[16], alias[80], addr_s[16], gw_s[16], sb[16], slot_s[12];
+	slot_ifname(slot, ifname);
+	snprintf(alias, sizeof(alias), "lensbox:%s", name);
+	snprintf(sb, sizeof(sb), "sb%u", slot);
+	uint32_t gw = ctx->pool_base + 4 * slot + 1, addr = gw + 1;
+	ip_str(gw, gw_s);
+	ip_str(addr, addr_s);
+	snprintf(slot_s, sizeof(slot_s), "%u", slot);
+	int ifindex = 0;
+	_cleanup_free_ char *rules = NULL;
+
+	r = lb_veth_create(ifname, alias, netns_fd, "eth0", &ifindex, err);
+	if (r < 0)
+		goto fail;
+	r = lb_veth_setup_host(ifname, gw, err);
+	if (r < 0)
+		goto fail;
+	r = lb_veth_setup_sandbox(netns_fd, "eth0", addr, gw, err);
+	if (r < 0)
+		goto fail;
+	char rport[8], lport[8];
+	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
+	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
+	const char *keys[] = { "SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT" };
+	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport };
+	r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
+			     LB_ARRAY_SIZE(keys), &rules, err);
+	if (r < 0) {
+		lb_error_wrap(err, "network/%s.nft", tier);
+		goto fail;
+	}
+	r = lb_nft_run(rules, NULL, err);
+	if (r < 0) {
+		lb_error_wrap(err, "loading network/%s.nft", tier);
+		goto fail;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	ctx->slots[slot].tier = t;
+	ctx->slots[slot].host_ifindex = ifindex;
+	pthread_mutex_unlock(&ctx->lock);
+	if (ret_info) {
+		struct lb_net_info info = { .prefix = 30, .slot = slot };
+		memcpy(info.host_ifname, ifname, sizeof(info.host_ifname));
+		snprintf(info.sandbox_ifname, sizeof(info.sandbox_ifname), "eth0");
+		memcpy(info.address, addr_s, sizeof(info.address));
+		memcpy(info.gateway, gw_s, sizeof(info.gateway));
+		*ret_info = info;
+	}
+	return 0;
+fail:
+	lb_error_wrap(err, "attaching sandbox %s to tier %s", name, tier);
+	struct lb_error ignored;
+	if (teardown_slot(ctx, slot, &ignored) < 0) {
+		/* keep the slot marked: reconciliation will retry; never hand out a half-removed subnet */
+	}
+	return r;
+}
+
+int lb_net_detach(struct lb_net *ctx, const char *name, struct lb_error *err)
+{
+	pthread_mutex_lock(&ctx->lock);
+	int slot = find_slot_locked(ctx, name);
+	pthread_mutex_unlock(&ctx->lock);
+	if (slot < 0)
+		return lb_error_setx(err, ENOENT, "sandbox %.64s has no network attached", name);
+	int r = teardown_slot(ctx, (unsigned)slot, err);
+	if (r < 0)
+		return lb_error_wrap(err, "detaching sandbox %s", name);
+	return 0;
+}
+
+int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_known, unsigned *ret_removed,
+		     struct lb_error *err)
+{
+	_cleanup_free_ bool *present = calloc(ctx->n_slots, sizeof(bool));
+	if (!present)
+		return lb_error_set(err, ENOMEM, "allocating");
+	int r = lb_nft_slots_present(present, ctx->n_slots, err);
+	if (r < 0)
+		return lb_error_wrap(err, "reconciling the network");
+	unsigned removed = 0;
+	for (size_t i = 0; i < ctx->n_slots; i++) {
+		pthread_mutex_lock(&ctx->lock);
+		bool used = ctx->slots[i].used;
+		char name[64];
+		memcpy(name, ctx->slots[i].name, sizeof(name));
+		pthread_mutex_unlock(&ctx->lock);
+		if (!used && !present[i])
+			continue;
+		bool keep = false;
+		for (size_t k = 0; used && name[0] && k < n_known; k++)
+			if (strcmp(known[k], name) == 0)
+				keep = true;
+		if (keep)
+			continue;
+		r = teardown_slot(ctx, (unsigned)i, err);
+		if (r < 0)
+			return lb_error_wrap(err, "reconciling the network");
+		removed++;
+	}
+	if (ret_removed)
+		*ret_removed = removed;
+	return 0;
+}
+
+int lb_net_unload(struct lb_net *ctx, struct lb_error *err)
+{
+	int r = lb_net_reconcile(ctx, NULL, 0, NULL, err);
+	if (r < 0)
+		return r;
+	struct lb_error e2;
+	r = lb_nft_run("delete table inet lensbox", NULL, &e2);
+	if (r < 0 && r != -ENOENT) {
+		*err = e2;
+		return r;
+	}
+	return 0;
+}
+
+int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct lb_error *err)
+{
+	pthread_mutex_lock(&ctx->lock);
+	int slot = find_slot_locked(ctx, name);
+	uint64_t svc = slot >= 0 ? ctx->slots[slot].service_refusals : 0;
+	pthread_mutex_unlock(&ctx->lock);
+	if (slot < 0)
+		return lb_error_setx(err, ENOENT, "sandbox %.64s has no network attached", name);
+	uint64_t pk = 0;
+	int r = lb_nft_counter_packets((unsigned)slot, &pk, err);
+	if (r < 0)
+		return r;
+	*ret = pk + svc;
+	return 0;
+}
+
+int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier_id *ret_tier)
+{
+	uint32_t a = ntohl(addr_be);
+	if (a < ctx->pool_base)
+		return -ENOENT;
+	uint32_t off = a - ctx->pool_base;
+	if (off % 4 != 2 || off / 4 >= ctx->n_slots)
+		return -ENOENT;
+	unsigned slot = off / 4;
+	pthread_mutex_lock(&ctx->lock);
+	bool used = ctx->slots[slot].used;
+	enum lb_tier_id t = ctx->slots[slot].tier;
+	pthread_mutex_unlock(&ctx->lock);
+	if (!used || t == LB_TIER_OFF)
+		return -ENOENT;
+	*ret_slot = slot;
+	*ret_tier = t;
+	return 0;
+}
+
+void lb_net_count_refusal(struct lb_net *ctx, unsigned slot)
+{
+	pthread_mutex_lock(&ctx->lock);
+	if (slot < ctx->n_slots)
+		ctx->slots[slot].service_refusals++;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
+{
+	if (lb_cidr_list_contains(&ctx->denied, AF_INET, &addr_be))
+		return true;
+	/* the host's own addresses (what `fib daddr type local` means for the nft rules) */
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return true; /* cannot tell: refuse */
+	bool local = false;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == addr_be)
+			local = true;
+	freeifaddrs(ifa);
+	return local;
+}
+
+void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
+{
+	*h = (struct lb_net_health){ 0 };
+	struct lb_error e;
+	h->table_loaded = lb_nft_run("list table inet lensbox", NULL, &e) == 0;
+	lb_nft_foreign_forward_drop(&h->foreign_forward_drop, h->foreign_forward, sizeof(h->foreign_forward));
+	uint64_t fwd = 0;
+	h->ip_forward = lb_read_u64_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_forward", &fwd) == 0 && fwd == 1;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (ctx->slots[i].used)
+			h->sandboxes++;
+	pthread_mutex_unlock(&ctx->lock);
+	char a[16];
+	inet_ntop(AF_INET, &ctx->upstream.sin_addr, a, sizeof(a));
+	snprintf(h->dns_upstream, sizeof(h->dns_upstream), "%s:%u", a, ntohs(ctx->upstream.sin_port));
+	h->n_package_names = (unsigned)ctx->packages.n;
+	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
+}
+
+int lb_net_npm_registry_host(char *buf, size_t size)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	char *argv[] = { (char *)"npm", (char *)"config", (char *)"get", (char *)"registry", NULL };
+	pid_t pid;
+	int r = posix_spawnp(&pid, "npm", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	close(pipefd[1]);
+	_cleanup_close_ int rd = pipefd[0];
+	if (r != 0)
+		return -ENOENT;
+	_cleanup_pid_ pid_t child = pid;
+	char out[512];
+	size_t len = 0;
+	struct timespec start;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (;;) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		long left = 5000 - (long)((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000);
+		if (left <= 0)
+			return -ETIMEDOUT; /* child killed by its cleanup */
+		struct pollfd p = { .fd = rd, .events = POLLIN };
+		if (poll(&p, 1, (int)left) <= 0)
+			continue;
+		ssize_t n = read(rd, out + len, sizeof(out) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (len == sizeof(out) - 1)
+			break;
+	}
+	int status;
+	if (waitpid(TAKE_FD(child), &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return -ENOENT;
+	out[len] = '\0';
+	/* "https://host[:port]/path\n" */
+	char *p = strstr(out, "://");
+	if (!p)
+		return -ENOENT;
+	p += 3;
+	size_t n = strcspn(p, ":/\n\r ");
+	if (n == 0 || n >= size || !lb_hostname_valid(p, n))
+		return -ENOENT;
+	memcpy(buf, p, n);
+	buf[n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] >= 'A' && buf[i] <= 'Z')
+			buf[i] = (char)(buf[i] - 'A' + 'a');
+	return 0;
+}

@@ -1,0 +1,509 @@
+/*
+ * services.c — the two host-side services the tiers' rules redirect to: the DNS resolver and the packages relay.
+ *
+ * Both run as threads of lensboxd (root) in the host's network namespace; they open no file and spawn nothing, and
+ * they only ever talk to (a) sandboxes, identified by their source address (anti-spoofing in the prerouting chain
+ * makes it trustworthy; base.nft drops these ports on non-sandbox interfaces) and (b) the configured DNS upstream and
+ * the addresses it returned after the denied-range check.
+ *
+ * Resolver (UDP, ctx->resolver_port): a sandbox's query to its gateway:53 arrives here by DNAT. The query is parsed
+ * (netparse.h), never forwarded: lensbox asks the upstream its own A query and builds a fresh answer holding only
+ * addresses outside denied.list and the host's own (DNS-rebinding protection). `packages` sandboxes get answers only
+ * for names on packages.list (NXDOMAIN for anything else, so DNS cannot carry data out); `web` sandboxes for any name.
+ * AAAA and other types get an empty answer: sandboxes are IPv4-only.
+ *
+ *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A? --> filter --> answer
+ *
+ * Relay (TCP, ctx->relay_port): a `packages` sandbox's TCP 80/443 arrives here by DNAT. The relay reads the first
+ * bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI / Host name, refuses names not on
+ * the list, resolves the name itself, refuses denied answers, connects to the address it checked on the original
+ * port and then splices bytes both ways without looking at them (TLS is never terminated). Plain HTTP carries one
+ * request per connection: after the checked head the relay sends nothing more from the sandbox, so a second request
+ * cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
+ *
+ * Bounds: 64 DNS queries in flight, 256 relay connections, 5 s to read a hello, 5 min idle on a relayed connection.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netfilter_ipv4.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "lb/cleanup.h"
+
+#define DNS_INFLIGHT_MAX   64
+#define RELAY_CONNS_MAX	   256
+#define HELLO_MAX	   (16384 + 5)
+#define HELLO_TIMEOUT_MS   5000
+#define RELAY_IDLE_SECONDS 300
+
+struct lb_service {
+	pthread_t thread;
+	int fd;
+	int stop_fd; /* eventfd: readable when the service must stop */
+	struct lb_net *ctx;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void lb_service_stop(struct lb_service *s)
+{
+	if (!s)
+		return;
+	uint64_t one = 1;
+	if (write(s->stop_fd, &one, sizeof(one)) == sizeof(one))
+		pthread_join(s->thread, NULL);
+	close(s->fd);
+	close(s->stop_fd);
+	free(s);
+}
+
+static int service_start(struct lb_net *ctx, int type, uint16_t port, void *(*main_fn)(void *), struct lb_service **ret,
+			 struct lb_error *err)
+{
+	_cleanup_close_ int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return lb_error_set(err, errno, "creating the %s socket", type == SOCK_DGRAM ? "resolver" : "relay");
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* Bound to every address but reachable only from sandboxes: base.nft drops this port on other interfaces,
+	 * and each request's source must be an attached sandbox's address. */
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY };
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return lb_error_set(err, errno, "binding port %u", port);
+	if (type == SOCK_STREAM && listen(fd, 128) < 0)
+		return lb_error_set(err, errno, "listening on port %u", port);
+	_cleanup_close_ int stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (stop_fd < 0)
+		return lb_error_set(err, errno, "creating an eventfd");
+	struct lb_service *s = calloc(1, sizeof(*s));
+	if (!s)
+		return lb_error_set(err, ENOMEM, "allocating a service");
+	s->ctx = ctx;
+	s->fd = fd;
+	s->stop_fd = stop_fd;
+	int r = pthread_create(&s->thread, NULL, main_fn, s);
+	if (r != 0) {
+		free(s);
+		return lb_error_set(err, r, "starting a service thread");
+	}
+	TAKE_FD(fd);
+	TAKE_FD(stop_fd);
+	*ret = s;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- upstream DNS client */
+
+int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
+			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
+{
+	uint16_t id;
+	if (getrandom(&id, sizeof(id), 0) != sizeof(id))
+		return -EIO;
+	struct lb_dns_query q = { .id = id, .qtype = LB_DNS_TYPE_A, .qclass = 1 };
+	snprintf(q.name, sizeof(q.name), "%s", name);
+	uint8_t pkt[512];
+	int len = lb_dns_build_query(id, name, LB_DNS_TYPE_A, pkt, sizeof(pkt));
+	if (len < 0)
+		return len;
+	_cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* connect(): the kernel then drops datagrams from anyone but the upstream */
+	if (connect(fd, (const struct sockaddr *)&ctx->upstream, sizeof(ctx->upstream)) < 0)
+		return -errno;
+	if (send(fd, pkt, (size_t)len, 0) != len)
+		return -EIO;
+	uint64_t deadline = now_ms() + ctx->timeout_ms;
+	for (;;) {
+		uint64_t t = now_ms();
+		if (t >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int pr = poll(&p, 1, (int)(deadline - t));
+		if (pr < 0 && errno != EINTR)
+			return -errno;
+		if (pr <= 0)
+			continue;
+		uint8_t ans[4096];
+		ssize_t n = recv(fd, ans, sizeof(ans), 0);
+		if (n < 0)
+			return -errno;
+		uint8_t raw[16][16];
+		size_t nraw = 0;
+		int rcode;
+		uint32_t ttl;
+		if (lb_dns_parse_answer(ans, (size_t)n, &q, raw, LB_ARRAY_SIZE(raw), &nraw, &rcode, &ttl) < 0)
+			continue; /* not an answer to our question (spoofed or stale): keep waiting */
+		size_t kept = 0, dropped = 0;
+		for (size_t i = 0; i < nraw; i++) {
+			uint32_t be;
+			memcpy(&be, raw[i], 4);
+			if (lb_net_addr_denied(ctx, be)) {
+				dropped++;
+				continue;
+			}
+			if (kept < max)
+				addrs[kept++].s_addr = be;
+		}
+		*ret_n = kept;
+		*ret_dropped = dropped;
+		*ret_rcode = rcode;
+		*ret_ttl = ttl > 300 ? 300 : ttl;
+		return 0;
+	}
+}
+
+/* ---------------------------------------------------------------- resolver */
+
+struct dns_job {
+	struct lb_service *svc;
+	struct sockaddr_in from;
+	uint8_t pkt[512];
+	size_t len;
+};
+
+static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode, const struct in_addr *addrs, size_t n,
+		   uint32_t ttl)
+{
+	uint8_t a16[16][16] = { 0 };
+	if (n > LB_ARRAY_SIZE(a16))
+		n = LB_ARRAY_SIZE(a16);
+	for (size_t i = 0; i < n; i++)
+		memcpy(a16[i], &addrs[i], 4);
+	uint8_t out[512];
+	int len = lb_dns_build_response(q, rcode, (const uint8_t(*)[16])a16, n, ttl, out, sizeof(out));
+	if (len > 0)
+		sendto(job->svc->fd, out, (size_t)len, MSG_DONTWAIT, (struct sockaddr *)&job->from, sizeof(job->from));
+}
+
+static void *dns_job_main(void *arg)
+{
+	struct dns_job *job = arg;
+	struct lb_net *ctx = job->svc->ctx;
+	unsigned slot;
+	enum lb_tier_id tier;
+	struct lb_dns_query q;
+	if (lb_net_lookup_source(ctx, job->from.sin_addr.s_addr, &slot, &tier) < 0)
+		goto out; /* not a sandbox (or one being torn down): no answer */
+	int r = lb_dns_parse_query(job->pkt, job->len, &q);
+	if (r < 0) {
+		lb_net_count_refusal(ctx, slot);
+		goto out; /* malformed or not a host name: silence, as a firewall would */
+	}
+	if (q.qclass != 1) {
+		answer(job, &q, LB_DNS_RCODE_REFUSED, NULL, 0, 0);
+		goto out;
+	}
+	if (tier == LB_TIER_PACKAGES && !lb_name_list_contains(&ctx->packages, q.name, strlen(q.name))) {
+		lb_net_count_refusal(ctx, slot);
+		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
+		goto out;
+	}
+	if (q.qtype != LB_DNS_TYPE_A) {
+		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60); /* sandboxes are IPv4-only */
+		goto out;
+	}
+	struct in_addr addrs[16];
+	size_t n = 0, dropped = 0;
+	int rcode = 0;
+	uint32_t ttl = 0;
+	r = lb_upstream_resolve_a(ctx, q.name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
+	if (r < 0) {
+		answer(job, &q, LB_DNS_RCODE_SERVFAIL, NULL, 0, 0);
+		goto out;
+	}
+	if (n == 0 && dropped > 0) { /* every address was private: for a sandbox, the name does not exist */
+		lb_net_count_refusal(ctx, slot);
+		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
+		goto out;
+	}
+	answer(job, &q, rcode == LB_DNS_RCODE_NXDOMAIN ? rcode : (rcode ? LB_DNS_RCODE_SERVFAIL : 0), addrs, n, ttl);
+out:
+	atomic_fetch_sub(&ctx->dns_inflight, 1);
+	free(job);
+	return NULL;
+}
+
+static void *resolver_main(void *arg)
+{
+	struct lb_service *s = arg;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN }, { .fd = s->stop_fd, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		struct dns_job *job = malloc(sizeof(*job));
+		if (!job)
+			continue;
+		socklen_t fl = sizeof(job->from);
+		ssize_t n = recvfrom(s->fd, job->pkt, sizeof(job->pkt), MSG_DONTWAIT | MSG_TRUNC,
+				     (struct sockaddr *)&job->from, &fl);
+		if (n < 12 || (size_t)n > sizeof(job->pkt) || job->from.sin_family != AF_INET) {
+			free(job);
+			continue;
+		}
+		job->len = (size_t)n;
+		job->svc = s;
+		if (atomic_fetch_add(&s->ctx->dns_inflight, 1) >= DNS_INFLIGHT_MAX) {
+			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
+			free(job);
+			continue;
+		}
+		pthread_t t;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 256 * 1024);
+		if (pthread_create(&t, &attr, dns_job_main, job) != 0) {
+			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
+			free(job);
+		}
+		pthread_attr_destroy(&attr);
+	}
+}
+
+int lb_resolver_start(struct lb_net *ctx, struct lb_error *err)
+{
+	int r = service_start(ctx, SOCK_DGRAM, ctx->resolver_port, resolver_main, &ctx->resolver, err);
+	if (r < 0)
+		return lb_error_wrap(err, "starting the DNS resolver");
+	return 0;
+}
+
+/* ---------------------------------------------------------------- relay */
+
+struct relay_conn {
+	struct lb_net *ctx;
+	int client;
+	int server;
+};
+
+static void reset_close(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd); /* with linger 0: a TCP reset, so the sandbox learns at once */
+}
+
+static int connect_timeout(const struct sockaddr_in *to, uint32_t timeout_ms)
+{
+	_cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)to, sizeof(*to)) < 0 && errno != EINPROGRESS)
+		return -errno;
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int pr = poll(&p, 1, (int)timeout_ms);
+	if (pr <= 0)
+		return pr == 0 ? -ETIMEDOUT : -errno;
+	int soerr = 0;
+	socklen_t sl = sizeof(soerr);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr)
+		return soerr ? -soerr : -errno;
+	int flags = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+	return TAKE_FD(fd);
+}
+
+/* Copies in -> out with splice through a pipe until EOF or error; then half-closes out. */
+static void pump(int in, int out)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return;
+	for (;;) {
+		ssize_t n = splice(in, NULL, p[1], NULL, 1 << 16, SPLICE_F_MOVE);
+		if (n <= 0)
+			break;
+		ssize_t left = n;
+		while (left > 0) {
+			ssize_t w = splice(p[0], NULL, out, NULL, (size_t)left, SPLICE_F_MOVE);
+			if (w <= 0)
+				goto done;
+			left -= w;
+		}
+	}
+done:
+	shutdown(out, SHUT_WR);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void *upstream_pump_main(void *arg)
+{
+	struct relay_conn *c = arg;
+	pump(c->client, c->server);
+	return NULL;
+}
+
+/* Reads the sandbox's first bytes until the parser decides; returns the verdict and fills name/len. */
+static int read_hello(int fd, bool tls, uint8_t *buf, size_t *ret_len, size_t *ret_forward, char *name)
+{
+	size_t len = 0;
+	uint64_t deadline = now_ms() + HELLO_TIMEOUT_MS;
+	for (;;) {
+		int r;
+		size_t head = 0;
+		if (len > 0) {
+			r = tls ? lb_tls_client_hello_sni(buf, len, name) : lb_http_request_host(buf, len, name, &head);
+			if (r != LB_HELLO_NEED_MORE) {
+				*ret_len = len;
+				*ret_forward = tls ? len : head;
+				return r;
+			}
+		}
+		if (len == HELLO_MAX)
+			return -E2BIG;
+		uint64_t t = now_ms();
+		if (t >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, (int)(deadline - t)) <= 0)
+			continue;
+		ssize_t n = recv(fd, buf + len, HELLO_MAX - len, 0);
+		if (n <= 0)
+			return n == 0 ? -ECONNRESET : -errno;
+		len += (size_t)n;
+	}
+}
+
+static void *relay_conn_main(void *arg)
+{
+	struct relay_conn *c = arg;
+	struct lb_net *ctx = c->ctx;
+	unsigned slot = 0;
+	enum lb_tier_id tier;
+	bool refused = true, counted = false;
+	struct sockaddr_in peer, orig;
+	socklen_t sl = sizeof(peer);
+	_cleanup_free_ uint8_t *buf = malloc(HELLO_MAX);
+	if (!buf || getpeername(c->client, (struct sockaddr *)&peer, &sl) < 0)
+		goto out;
+	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
+		goto out;
+	counted = true;
+	sl = sizeof(orig);
+	/* the port the sandbox asked for (80 or 443), from conntrack's record of the DNAT */
+	if (getsockopt(c->client, SOL_IP, SO_ORIGINAL_DST, &orig, &sl) < 0)
+		goto out;
+	uint16_t port = ntohs(orig.sin_port);
+	if (port != 80 && port != 443)
+		goto out;
+	char name[LB_DNS_NAME_MAX + 1];
+	size_t len = 0, fwd = 0;
+	if (read_hello(c->client, port == 443, buf, &len, &fwd, name) != LB_HELLO_OK)
+		goto out;
+	if (port == 80 && fwd != len)
+		goto out; /* a body or a pipelined request after the head: one checked request per connection */
+	if (!lb_name_list_contains(&ctx->packages, name, strlen(name)))
+		goto out;
+	struct in_addr addrs[8];
+	size_t n = 0, dropped = 0;
+	int rcode;
+	uint32_t ttl;
+	if (lb_upstream_resolve_a(ctx, name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl) < 0 || n == 0)
+		goto out;
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addrs[0] };
+	c->server = connect_timeout(&to, ctx->timeout_ms);
+	if (c->server < 0)
+		goto out;
+	refused = false;
+	struct timeval idle = { .tv_sec = RELAY_IDLE_SECONDS };
+	setsockopt(c->client, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
+	setsockopt(c->server, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
+	if (send(c->server, buf, fwd, MSG_NOSIGNAL) != (ssize_t)fwd)
+		goto out;
+	free(TAKE_PTR(buf));
+	if (port == 443) {
+		pthread_t up;
+		if (pthread_create(&up, NULL, upstream_pump_main, c) != 0)
+			goto out;
+		pump(c->server, c->client);
+		pthread_join(up, NULL);
+	} else {
+		shutdown(c->server, SHUT_WR); /* nothing more from the sandbox reaches this server */
+		pump(c->server, c->client);
+	}
+out:
+	if (refused) {
+		if (counted)
+			lb_net_count_refusal(ctx, slot);
+		reset_close(c->client);
+	} else {
+		close(c->client);
+	}
+	if (c->server >= 0)
+		close(c->server);
+	atomic_fetch_sub(&ctx->relay_conns, 1);
+	free(c);
+	return NULL;
+}
+
+static void *relay_main(void *arg)
+{
+	struct lb_service *s = arg;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN }, { .fd = s->stop_fd, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			continue;
+		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+		if (atomic_fetch_add(&s->ctx->relay_conns, 1) >= RELAY_CONNS_MAX) {
+			atomic_fetch_sub(&s->ctx->relay_conns, 1);
+			reset_close(fd);
+			continue;
+		}
+		struct relay_conn *c = malloc(sizeof(*c));
+		pthread_t t;
+		pthread_attr_t attr;
+		pthread_attr_init(&attr);
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, 256 * 1024);
+		if (c) {
+			*c = (struct relay_conn){ .ctx = s->ctx, .client = fd, .server = -1 };
+			if (pthread_create(&t, &attr, relay_conn_main, c) != 0) {
+				free(c);
+				c = NULL;
+			}
+		}
+		pthread_attr_destroy(&attr);
+		if (!c) {
+			atomic_fetch_sub(&s->ctx->relay_conns, 1);
+			reset_close(fd);
+		}
+	}
+}
+
+int lb_relay_start(struct lb_net *ctx, struct lb_error *err)
+{
+	int r = service_start(ctx, SOCK_STREAM, ctx->relay_port, relay_main, &ctx->relay, err);
+	if (r < 0)
+		return lb_error_wrap(err, "starting the packages relay");
+	return 0;
+}

@@ -1,0 +1,347 @@
+/*
+ * veth.c — a sandbox's link to the host: the veth pair, its addresses and route, through libnl-3 (rtnetlink).
+ *
+ * Runs in lensboxd (root, any thread) with the thread in the host's network namespace. The sandbox's end is created
+ * straight inside the sandbox's netns (IFLA_NET_NS_FD), so it never exists on the host. To address it, the calling
+ * thread enters the sandbox's netns just long enough to open a netlink socket and the sysctl files there (a netlink
+ * socket stays bound to the namespace it was created in), then returns; network namespaces are per thread, so other
+ * threads never notice. If the return fails the thread is in the wrong namespace, which is reported as
+ * -ENOTRECOVERABLE. Invariants: host-side names are LB_NET_IFPREFIX<slot>; the host side carries the ifalias
+ * "lensbox:<name>" that reconciliation reads back after a crash.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netlink/netlink.h>
+#include <netlink/route/addr.h>
+#include <netlink/route/link.h>
+#include <netlink/route/link/veth.h>
+#include <netlink/route/route.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "lb/cleanup.h"
+#include "lb/fileio.h"
+
+static void nl_sockp(struct nl_sock **s)
+{
+	if (*s)
+		nl_socket_free(*s);
+}
+static void rtnl_linkp(struct rtnl_link **l)
+{
+	if (*l)
+		rtnl_link_put(*l);
+}
+static void nl_addrp(struct nl_addr **a)
+{
+	if (*a)
+		nl_addr_put(*a);
+}
+static void nl_cachep(struct nl_cache **c)
+{
+	if (*c)
+		nl_cache_free(*c);
+}
+#define _cleanup_nlsock_ __attribute__((cleanup(nl_sockp)))
+#define _cleanup_link_	 __attribute__((cleanup(rtnl_linkp)))
+#define _cleanup_addr_	 __attribute__((cleanup(nl_addrp)))
+
+/* libnl errors are NLE_* codes; map the ones we can name to errno. */
+static int nl_errno(int nlerr)
+{
+	switch (-nlerr) {
+	case NLE_EXIST:
+		return EEXIST;
+	case NLE_OBJ_NOTFOUND:
+	case NLE_NODEV:
+		return ENODEV;
+	case NLE_PERM:
+		return EPERM;
+	case NLE_NOMEM:
+		return ENOMEM;
+	case NLE_INVAL:
+		return EINVAL;
+	default:
+		return EIO;
+	}
+}
+
+static int open_sock(struct nl_sock **ret, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *s = nl_socket_alloc();
+	if (!s)
+		return lb_error_set(err, ENOMEM, "allocating a netlink socket");
+	int r = nl_connect(s, NETLINK_ROUTE);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "connecting to rtnetlink: %s", nl_geterror(r));
+	*ret = TAKE_PTR(s);
+	return 0;
+}
+
+int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
+		   int *ret_host_ifindex, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	_cleanup_link_ struct rtnl_link *link = rtnl_link_veth_alloc();
+	if (!link)
+		return lb_error_set(err, ENOMEM, "allocating a veth");
+	rtnl_link_set_name(link, host_ifname);
+	struct rtnl_link *peer = rtnl_link_veth_get_peer(link);
+	rtnl_link_set_name(peer, sandbox_ifname);
+	/* The peer is born inside the sandbox's namespace: it is never visible on the host side. */
+	rtnl_link_set_ns_fd(peer, netns_fd);
+	rtnl_link_put(peer);
+	/* Creating a link in the host namespace is safe: its name is ours (lbh<slot>), never taken from the sandbox. */
+	r = rtnl_link_add(sock, link, NLM_F_CREATE | NLM_F_EXCL);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "creating veth %s: %s", host_ifname, nl_geterror(r));
+
+	_cleanup_link_ struct rtnl_link *cur = NULL;
+	r = rtnl_link_get_kernel(sock, 0, host_ifname, &cur);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "finding veth %s: %s", host_ifname, nl_geterror(r));
+	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
+	if (!change)
+		return lb_error_set(err, ENOMEM, "allocating a link change");
+	rtnl_link_set_ifalias(change, alias);
+	r = rtnl_link_change(sock, cur, change, 0);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "labelling veth %s: %s", host_ifname, nl_geterror(r));
+	*ret_host_ifindex = rtnl_link_get_ifindex(cur);
+	return 0;
+}
+
+static int link_up(struct nl_sock *sock, const char *ifname, struct lb_error *err)
+{
+	_cleanup_link_ struct rtnl_link *cur = NULL;
+	int r = rtnl_link_get_kernel(sock, 0, ifname, &cur);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "finding %s: %s", ifname, nl_geterror(r));
+	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
+	if (!change)
+		return lb_error_set(err, ENOMEM, "allocating a link change");
+	rtnl_link_set_flags(change, IFF_UP);
+	r = rtnl_link_change(sock, cur, change, 0);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "bringing %s up: %s", ifname, nl_geterror(r));
+	return rtnl_link_get_ifindex(cur);
+}
+
+static int add_addr(struct nl_sock *sock, int ifindex, uint32_t addr, unsigned prefix, struct lb_error *err)
+{
+	struct rtnl_addr *a = rtnl_addr_alloc();
+	if (!a)
+		return lb_error_set(err, ENOMEM, "allocating an address");
+	uint32_t be = htonl(addr);
+	_cleanup_addr_ struct nl_addr *local = nl_addr_build(AF_INET, &be, 4);
+	if (!local) {
+		rtnl_addr_put(a);
+		return lb_error_set(err, ENOMEM, "allocating an address");
+	}
+	nl_addr_set_prefixlen(local, (int)prefix);
+	rtnl_addr_set_ifindex(a, ifindex);
+	rtnl_addr_set_local(a, local);
+	int r = rtnl_addr_add(sock, a, 0);
+	rtnl_addr_put(a);
+	if (r < 0) {
+		char s[INET_ADDRSTRLEN];
+		inet_ntop(AF_INET, &be, s, sizeof(s));
+		return lb_error_setx(err, nl_errno(r), "adding address %s/%u: %s", s, prefix, nl_geterror(r));
+	}
+	return 0;
+}
+
+static int write_sysctl(const char *path, const char *value, struct lb_error *err)
+{
+	int r = lb_write_file_at(AT_FDCWD, path, value);
+	if (r < 0)
+		return lb_error_set(err, r, "writing %s", path);
+	return 0;
+}
+
+int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err)
+{
+	char path[128];
+	/* Only this interface: no IPv6 (sandboxes are IPv4-only) and forwarding for the sandbox's packets. */
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host_ifname);
+	int r = write_sysctl(path, "1", err);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", host_ifname);
+	r = write_sysctl(path, "1", err);
+	if (r < 0)
+		return r;
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	int ifindex = link_up(sock, host_ifname, err);
+	if (ifindex < 0)
+		return ifindex;
+	return add_addr(sock, ifindex, gateway, 30, err);
+}
+
+static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway, struct lb_error *err)
+{
+	struct rtnl_route *route = rtnl_route_alloc();
+	if (!route)
+		return lb_error_set(err, ENOMEM, "allocating a route");
+	uint32_t zero = 0, gw = htonl(gateway);
+	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET, &zero, 4);
+	_cleanup_addr_ struct nl_addr *via = nl_addr_build(AF_INET, &gw, 4);
+	struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
+	if (!dst || !via || !nh) {
+		if (nh)
+			rtnl_route_nh_free(nh);
+		rtnl_route_put(route);
+		return lb_error_set(err, ENOMEM, "allocating a route");
+	}
+	nl_addr_set_prefixlen(dst, 0);
+	rtnl_route_set_family(route, AF_INET);
+	rtnl_route_set_dst(route, dst);
+	rtnl_route_nh_set_ifindex(nh, ifindex);
+	rtnl_route_nh_set_gateway(nh, via);
+	rtnl_route_add_nexthop(route, nh); /* the route owns nh now */
+	int r = rtnl_route_add(sock, route, NLM_F_CREATE | NLM_F_EXCL);
+	rtnl_route_put(route);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "adding the default route: %s", nl_geterror(r));
+	return 0;
+}
+
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
+			  struct lb_error *err)
+{
+	_cleanup_close_ int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (home < 0)
+		return lb_error_set(err, errno, "opening this thread's network namespace");
+	/* Entering the sandbox's netns affects only this thread, and we leave it before returning; everything
+	 * done inside (links, addresses, sysctls) belongs to that namespace only. */
+	if (setns(netns_fd, CLONE_NEWNET) < 0)
+		return lb_error_set(err, errno, "entering the sandbox's network namespace");
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r == 0 && sandbox_ifname) {
+		/* IPv6 off inside: lensbox filters IPv4 only, and a v6 address would be a way around it */
+		r = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err);
+		if (r == 0)
+			r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
+		if (r == -ENOENT) /* a kernel without IPv6 */
+			r = 0;
+	}
+	if (setns(home, CLONE_NEWNET) < 0)
+		return lb_error_set(err, ENOTRECOVERABLE, "returning to the host's network namespace");
+	if (r < 0)
+		return r;
+
+	r = link_up(sock, "lo", err);
+	if (r < 0)
+		return r;
+	if (!sandbox_ifname)
+		return 0;
+	int ifindex = link_up(sock, sandbox_ifname, err);
+	if (ifindex < 0)
+		return ifindex;
+	r = add_addr(sock, ifindex, addr, 30, err);
+	if (r < 0)
+		return r;
+	return add_default_route(sock, ifindex, gateway, err);
+}
+
+int lb_veth_delete(const char *host_ifname, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	_cleanup_link_ struct rtnl_link *link = rtnl_link_alloc();
+	if (!link)
+		return lb_error_set(err, ENOMEM, "allocating a link");
+	rtnl_link_set_name(link, host_ifname);
+	/* Deleting one end of a veth deletes both; the name is ours (lbh<slot>). */
+	r = rtnl_link_delete(sock, link);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "deleting veth %s: %s", host_ifname, nl_geterror(r));
+	return 0;
+}
+
+int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void *data, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	__attribute__((cleanup(nl_cachep))) struct nl_cache *cache = NULL;
+	r = rtnl_link_alloc_cache(sock, AF_UNSPEC, &cache);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "listing links: %s", nl_geterror(r));
+	size_t plen = strlen(LB_NET_IFPREFIX);
+	for (struct nl_object *o = nl_cache_get_first(cache); o; o = nl_cache_get_next(o)) {
+		struct rtnl_link *l = (struct rtnl_link *)o;
+		const char *name = rtnl_link_get_name(l);
+		if (!name || strncmp(name, LB_NET_IFPREFIX, plen) != 0)
+			continue;
+		const char *digits = name + plen;
+		char *end;
+		if (*digits < '0' || *digits > '9')
+			continue;
+		unsigned long slot = strtoul(digits, &end, 10);
+		if (*end || slot > 1u << 20)
+			continue;
+		const char *alias = rtnl_link_get_ifalias(l);
+		fn((unsigned)slot, alias ? alias : "", data);
+	}
+	return 0;
+}
+
+int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	__attribute__((cleanup(nl_cachep))) struct nl_cache *routes = NULL;
+	r = rtnl_route_alloc_cache(sock, AF_INET, 0, &routes);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "listing routes: %s", nl_geterror(r));
+	__attribute__((cleanup(nl_cachep))) struct nl_cache *links = NULL;
+	r = rtnl_link_alloc_cache(sock, AF_UNSPEC, &links);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "listing links: %s", nl_geterror(r));
+	if (size)
+		names[0] = '\0';
+	for (struct nl_object *o = nl_cache_get_first(routes); o; o = nl_cache_get_next(o)) {
+		struct rtnl_route *rt = (struct rtnl_route *)o;
+		struct nl_addr *dst = rtnl_route_get_dst(rt);
+		if (rtnl_route_get_table(rt) != RT_TABLE_MAIN || (dst && nl_addr_get_prefixlen(dst) != 0))
+			continue;
+		for (int i = 0; i < rtnl_route_get_nnexthops(rt); i++) {
+			struct rtnl_nexthop *nh = rtnl_route_nexthop_n(rt, i);
+			char ifname[IFNAMSIZ];
+			if (!rtnl_link_i2name(links, rtnl_route_nh_get_ifindex(nh), ifname, sizeof(ifname)))
+				continue;
+			if (strncmp(ifname, LB_NET_IFPREFIX, strlen(LB_NET_IFPREFIX)) == 0)
+				continue;
+			char path[128];
+			snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", ifname);
+			/* Replies to sandboxes arrive on the uplink, and IPv4 checks forwarding on the way in.
+			 * Forwarding into a sandbox is limited to those replies by the through_host chain of base.nft.
+			 */
+			r = write_sysctl(path, "1", err);
+			if (r < 0)
+				return r;
+			size_t used = strlen(names);
+			if (used + strlen(ifname) + 2 < size)
+				snprintf(names + used, size - used, "%s%s", used ? " " : "", ifname);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,259 @@
+"""The sealed network test world: namespaces standing for the host, the internet and a LAN, with no way out.
+
+Safety rule: no packet of these tests ever leaves the namespaces this module creates. The "host" namespace is a fresh
+netns (never the machine's), has only its own veths to the "internet" and "lan" namespaces, and `World.assert_sealed`
+proves it before anything else runs. lensbox's table is loaded inside that namespace by running lensbox-net there.
+
+    sandbox netns ──veth lbh<N>──┐
+                                  host netns ── up0 11.1.0.1/24 ──── inet: 11.1.0.2; on lo: 11.2.0.10 registry+CDN
+                                  (lensbox-net,  lan0 10.1.0.1/24 ─┐       neighbour, 11.2.0.20 site, 11.2.0.53 DNS
+                                   host web server :80)            └─ lan: 10.1.0.10 LAN host, 169.254.169.254 metadata
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+AGENT = os.path.join(HERE, "networld_agent.py")
+PY = "/usr/bin/python3"
+
+REGISTRY_IP = "11.2.0.10"  # pypi.org, files.pythonhosted.org and the CDN neighbour share it
+SITE_IP = "11.2.0.20"
+DNS_IP = "11.2.0.53"
+HOST_UPLINK_IP = "11.1.0.1"
+INET_GW_IP = "11.1.0.2"
+HOST_LAN_IP = "10.1.0.1"
+LAN_IP = "10.1.0.10"
+METADATA_IP = "169.254.169.254"
+NEIGHBOUR = "neighbour.example"
+SITE = "site.example"
+REBIND = "rebind.example"  # a public-looking name whose answer is in 10.0.0.0/8
+NAMES = {"pypi.org": REGISTRY_IP, "files.pythonhosted.org": REGISTRY_IP, NEIGHBOUR: REGISTRY_IP, SITE: SITE_IP,
+         REBIND: LAN_IP, "metadata.example": METADATA_IP}
+RESOLVER_PORT = 10053
+RELAY_PORT = 10080
+
+
+def sh(*args, check=True, ns=None, **kw):
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
+
+
+class NetCtl:
+    """lensbox-net serve, running in the world's host namespace; one command a line."""
+
+    def __init__(self, world, extra_args=()):
+        exe = os.path.join(os.environ["LENSBOX_BUILD_DIR"], "netfilter", "lensbox-net")
+        if not os.access(exe, os.X_OK):
+            raise AssertionError(f"{exe} is missing: build the lensbox-net target first")
+        policy = os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "policy")
+        self.p = subprocess.Popen(
+            ["ip", "netns", "exec", world.host, exe, "serve", "--policy", policy, "--dns", f"{DNS_IP}:53",
+             "--resolver-port", str(RESOLVER_PORT), "--relay-port", str(RELAY_PORT), *extra_args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline().strip()
+        if line != "ready":
+            raise AssertionError(f"lensbox-net did not start: {line} {self.p.stderr.read()}")
+
+    def cmd(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return self.p.stdout.readline().strip()
+
+    def ok(self, line):
+        r = self.cmd(line)
+        assert r.startswith("ok"), f"{line!r} -> {r!r}"
+        return r.split()[1:]
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.cmd("quit")
+                self.p.wait(timeout=10)
+            except Exception:
+                self.p.kill()
+                self.p.wait()
+
+
+class World:
+    def __init__(self):
+        self.tag = f"lbt{os.getpid() % 100000}"
+        self.host, self.inet, self.lan = f"{self.tag}-host", f"{self.tag}-inet", f"{self.tag}-lan"
+        self.sandboxes = []
+        self.procs = []
+        self.tmp = tempfile.mkdtemp(prefix="lensbox-networld-")
+        self.ctl = None
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- construction
+
+    def _build(self):
+        for ns in (self.host, self.inet, self.lan):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "set", "lo", "up", ns=ns)
+            # name lookups inside the world go to the world's DNS server, never to the machine's resolver
+            os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
+            with open(f"/etc/netns/{ns}/resolv.conf", "w") as f:
+                f.write(f"nameserver {DNS_IP}\noptions timeout:1 attempts:1\n")
+        self.assert_sealed()  # before a single address exists: nothing but lo
+        # The veths are created inside the host namespace with their peers moved straight into ours: at no time
+        # does an interface of this world exist in the machine's own namespace.
+        sh("ip", "link", "add", "up0", "type", "veth", "peer", "name", "eth0", "netns", self.inet, ns=self.host)
+        sh("ip", "link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", self.lan, ns=self.host)
+        sh("ip", "addr", "add", f"{HOST_UPLINK_IP}/24", "dev", "up0", ns=self.host)
+        sh("ip", "addr", "add", f"{HOST_LAN_IP}/24", "dev", "lan0", ns=self.host)
+        for dev in ("up0", "lan0"):
+            sh("ip", "link", "set", dev, "up", ns=self.host)
+        sh("ip", "route", "add", "default", "via", INET_GW_IP, ns=self.host)
+        sh("ip", "route", "add", f"{METADATA_IP}/32", "via", LAN_IP, ns=self.host)
+        sh("ip", "addr", "add", f"{INET_GW_IP}/24", "dev", "eth0", ns=self.inet)
+        sh("ip", "link", "set", "eth0", "up", ns=self.inet)
+        for ip in (REGISTRY_IP, SITE_IP, DNS_IP):
+            sh("ip", "addr", "add", f"{ip}/32", "dev", "lo", ns=self.inet)
+        sh("ip", "addr", "add", f"{LAN_IP}/24", "dev", "eth0", ns=self.lan)
+        sh("ip", "link", "set", "eth0", "up", ns=self.lan)
+        sh("ip", "addr", "add", f"{METADATA_IP}/32", "dev", "lo", ns=self.lan)
+        sh("ip", "route", "add", "default", "via", HOST_LAN_IP, ns=self.lan)
+        self.assert_sealed()
+        self._certs()
+        self._servers()
+
+    def assert_sealed(self):
+        """The host namespace is not the machine's, and holds nothing that leads out of this world."""
+        own = os.stat("/proc/self/ns/net").st_ino
+        for ns in (self.host, self.inet, self.lan):
+            ino = os.stat(f"/run/netns/{ns}").st_ino
+            assert ino != own, f"{ns} is the machine's own network namespace"
+        links = json.loads(sh("ip", "-j", "link", "show", ns=self.host).stdout)
+        for link in links:
+            name = link["ifname"]
+            assert name in ("lo", "up0", "lan0") or name.startswith("lbh"), f"unexpected interface {name}"
+            if name != "lo":
+                assert link.get("link_netnsid") is not None, f"{name} is not a veth into another namespace"
+        # every route of the host namespace goes through one of this world's veths
+        for fam in ("-4", "-6"):
+            routes = json.loads(sh("ip", "-j", fam, "route", "show", "table", "all", ns=self.host).stdout or "[]")
+            for r in routes:
+                dev = r.get("dev", "lo")
+                assert dev in ("lo", "up0", "lan0") or dev.startswith("lbh"), f"route {r} leaves the world"
+        for ns in (self.inet, self.lan):
+            for link in json.loads(sh("ip", "-j", "link", "show", ns=ns).stdout):
+                assert link["ifname"] in ("lo", "eth0"), f"unexpected interface {link['ifname']} in {ns}"
+
+    def _certs(self):
+        d = self.tmp
+        self.ca = f"{d}/ca.pem"
+        sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+           "-keyout", f"{d}/ca.key", "-out", self.ca, "-days", "2", "-subj", "/CN=lensbox test CA")
+        self.certs = {}
+        for name in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR, SITE):
+            key, csr, crt, ext = (f"{d}/{name}.{x}" for x in ("key", "csr", "pem", "ext"))
+            with open(ext, "w") as f:
+                f.write(f"subjectAltName=DNS:{name}\n")
+            sh("openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key,
+               "-out", csr, "-subj", f"/CN={name}")
+            sh("openssl", "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", f"{d}/ca.key", "-CAcreateserial",
+               "-out", crt, "-days", "2", "-extfile", ext)
+            self.certs[name] = [crt, key]
+
+    def _wheel(self):
+        """A minimal, valid wheel and the simple-index pages that list it."""
+        import base64
+        import hashlib
+        import zipfile
+        whl = f"{self.tmp}/lbdemo-1.0-py3-none-any.whl"
+        files = {"lbdemo/__init__.py": b"VALUE = 42\n",
+                 "lbdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: lbdemo\nVersion: 1.0\n",
+                 "lbdemo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: lensbox-test\nRoot-Is-Purelib: true\n"
+                                                b"Tag: py3-none-any\n"}
+        record = ""
+        for p, data in files.items():
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record += f"{p},sha256={digest},{len(data)}\n"
+        record += "lbdemo-1.0.dist-info/RECORD,,\n"
+        with zipfile.ZipFile(whl, "w") as z:
+            for p, data in files.items():
+                z.writestr(p, data)
+            z.writestr("lbdemo-1.0.dist-info/RECORD", record)
+        sha = hashlib.sha256(open(whl, "rb").read()).hexdigest()
+        index = f"{self.tmp}/index.html"
+        with open(index, "w") as f:
+            f.write('<!DOCTYPE html><html><body><a href="https://files.pythonhosted.org/packages/lbdemo-1.0-py3-'
+                    f'none-any.whl#sha256={sha}">lbdemo-1.0-py3-none-any.whl</a></body></html>\n')
+        return {"/simple/lbdemo/": index, "/packages/lbdemo-1.0-py3-none-any.whl": whl}
+
+    def spawn(self, ns, role, args):
+        p = subprocess.Popen(["ip", "netns", "exec", ns, PY, AGENT, role, json.dumps(args)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        line = p.stdout.readline().strip()
+        if line != "ready":
+            raise AssertionError(f"{role} in {ns} did not start: {line} {p.stderr.read()[:2000]}")
+        return p
+
+    def _servers(self):
+        self.spawn(self.inet, "dns", {"listen": [DNS_IP, 53], "names": NAMES})
+        reg_certs = {n: self.certs[n] for n in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR)}
+        self.spawn(self.inet, "http", {"site": "registry", "listen": [[REGISTRY_IP, 443, True], [REGISTRY_IP, 80,
+                                                                                                 False],
+                                                                      [REGISTRY_IP, 8080, False]],
+                                       "certs": reg_certs, "default_cert": "pypi.org", "files": self._wheel()})
+        self.spawn(self.inet, "http", {"site": "site", "listen": [[SITE_IP, 443, True], [SITE_IP, 80, False],
+                                                                  [SITE_IP, 8080, False]],
+                                       "certs": {SITE: self.certs[SITE]}, "default_cert": SITE})
+        self.udp_log = f"{self.tmp}/udp.log"
+        self.spawn(self.inet, "udp_echo", {"listen": [SITE_IP, 9999], "log": self.udp_log})
+        self.spawn(self.lan, "http", {"site": "lan", "listen": [[LAN_IP, 80, False], [LAN_IP, 443, False]]})
+        self.spawn(self.lan, "http", {"site": "metadata", "listen": [[METADATA_IP, 80, False]]})
+        self.spawn(self.host, "http", {"site": "host", "listen": [["0.0.0.0", 80, False], ["0.0.0.0", 8000, False]]})
+
+    # ---- sandboxes and lensbox
+
+    def start_lensbox(self, extra_args=()):
+        self.ctl = NetCtl(self, extra_args)
+        return self.ctl
+
+    def add_sandbox(self, name, tier):
+        """A plain network namespace standing for a sandbox, attached through lensbox-net. Returns its address."""
+        ns = f"{self.tag}-{name}"
+        sh("ip", "netns", "add", ns)
+        self.sandboxes.append(ns)
+        os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
+        words = self.ctl.ok(f"attach {name} /run/netns/{ns} {tier}")
+        gw = words[2]
+        with open(f"/etc/netns/{ns}/resolv.conf", "w") as f:
+            f.write(f"nameserver {gw if gw != '-' else '127.0.0.1'}\noptions timeout:2 attempts:1\n")
+        return {"ns": ns, "ifname": words[0], "addr": words[1], "gateway": gw, "name": name}
+
+    def probe(self, sb, **args):
+        r = sh(PY, AGENT, "probe", json.dumps(args), ns=sb["ns"], timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def blocked(self, sb):
+        return int(self.ctl.ok(f"blocked {sb['name']}")[0])
+
+    def nft(self, *args):
+        return sh("nft", *args, ns=self.host, check=False)
+
+    def close(self):
+        if self.ctl:
+            try:
+                self.ctl.cmd("unload")
+            except Exception:
+                pass
+            self.ctl.close()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        for ns in self.sandboxes + [self.host, self.inet, self.lan]:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)

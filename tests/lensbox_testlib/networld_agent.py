@@ -1,0 +1,272 @@
+"""Processes that live inside the sealed network test world (see networld.py): servers and the in-sandbox probe.
+
+Run as `python3 networld_agent.py ROLE JSON_ARGS` inside a namespace of the world (ip netns exec). Standard library
+only. Servers print "ready" on stdout once listening. The probe prints one JSON line with what happened, including
+the errno name of a refusal, so tests assert the exact refusal.
+"""
+import errno
+import http.server
+import json
+import os
+import socket
+import socketserver
+import ssl
+import struct
+import sys
+import threading
+import time
+
+
+# ---------------------------------------------------------------- servers
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    site = "?"
+    files = {}
+
+    def log_message(self, *a):  # quiet
+        pass
+
+    def do_GET(self):
+        host = (self.headers.get("Host") or "").split(":")[0]
+        sni = getattr(self.connection, "lb_sni", None) if isinstance(self.connection, ssl.SSLSocket) else None
+        if self.path.startswith("/bulk/"):
+            n = int(self.path.split("/")[2])
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            chunk = b"x" * 65536
+            while n > 0:
+                k = min(n, len(chunk))
+                self.wfile.write(chunk[:k])
+                n -= k
+            return
+        if self.path in self.files:
+            body = self.files[self.path]
+            ctype = "application/octet-stream" if self.path.endswith(".whl") else "text/html"
+        else:
+            body = json.dumps({"site": self.site, "host": host, "sni": sni, "path": self.path}).encode()
+            ctype = "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def server_bind(self):  # HTTPServer's would look up the address's name (getfqdn): no DNS at start
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+def serve_http(args):
+    """args: listen [[addr, port, tls]], site, certs {sni_name: [cert, key]}, default_cert, files {path: file}."""
+    handler = type("H", (_Handler,), {"site": args["site"],
+                                      "files": {p: open(f, "rb").read() for p, f in args.get("files", {}).items()}})
+    servers = []
+    for addr, port, tls in args["listen"]:
+        srv = _Server((addr, port), handler)
+        if tls:
+            contexts = {}
+            for name, (cert, key) in args["certs"].items():
+                c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                c.load_cert_chain(cert, key)
+                contexts[name] = c
+            default = contexts[args["default_cert"]]
+
+            def pick(sslobj, name, _ctx, contexts=contexts):
+                sslobj.lb_sni = name
+                if name in contexts:
+                    sslobj.context = contexts[name]
+                return None
+
+            default.sni_callback = pick
+            srv.socket = default.wrap_socket(srv.socket, server_side=True)
+        servers.append(srv)
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()
+
+
+def serve_dns(args):
+    """args: listen [addr, port], names {name: ipv4}. A records only; NXDOMAIN for the rest."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((args["listen"][0], args["listen"][1]))
+    names = {k.lower(): v for k, v in args["names"].items()}
+    print("ready", flush=True)
+    while True:
+        data, peer = s.recvfrom(4096)
+        if len(data) < 12:
+            continue
+        qid, flags, qd = struct.unpack("!HHH", data[:6])
+        off, labels = 12, []
+        while off < len(data) and data[off]:
+            ln = data[off]
+            labels.append(data[off + 1:off + 1 + ln].decode("ascii", "replace"))
+            off += 1 + ln
+        off += 1
+        qtype = struct.unpack("!H", data[off:off + 2])[0]
+        question = data[12:off + 4]
+        name = ".".join(labels).lower()
+        ip = names.get(name)
+        if ip is None:
+            s.sendto(struct.pack("!HHHHHH", qid, 0x8183, 1, 0, 0, 0) + question, peer)
+            continue
+        answers = b""
+        if qtype == 1:
+            answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(ip)
+        s.sendto(struct.pack("!HHHHHH", qid, 0x8180, 1, 1 if answers else 0, 0, 0) + question + answers, peer)
+
+
+def serve_udp_echo(args):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((args["listen"][0], args["listen"][1]))
+    log = args.get("log")
+    print("ready", flush=True)
+    while True:
+        data, peer = s.recvfrom(4096)
+        if log:
+            with open(log, "a") as f:
+                f.write(f"{peer[0]} {data!r}\n")
+        s.sendto(data, peer)
+
+
+# ---------------------------------------------------------------- the probe (runs inside a sandbox)
+
+def _errname(e):
+    if isinstance(e, socket.timeout):
+        return "TIMEOUT"
+    if isinstance(e, socket.gaierror):
+        return {socket.EAI_NONAME: "EAI_NONAME", socket.EAI_AGAIN: "EAI_AGAIN"}.get(e.errno, f"EAI_{e.errno}")
+    if isinstance(e, ssl.SSLError):
+        return "SSL:" + (e.reason or str(e))
+    if isinstance(e, OSError) and e.errno:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    return type(e).__name__
+
+
+def _checksum(data):
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def probe(args):
+    """args: op, and per op:
+      http: host (connect to, name or IP), port, tls, sni, host_header, ca, path, source (bind address), timeout
+      udp: addr, port, payload, timeout, source
+      dns: server, port, name, timeout   (a raw A query; reports rcode and addresses)
+      resolve: name                       (getaddrinfo through the namespace's resolv.conf)
+    """
+    op = args["op"]
+    t0 = time.monotonic()
+    out = {"op": op}
+    try:
+        if op == "http":
+            addr = args["host"]
+            try:
+                socket.inet_aton(addr)
+            except OSError:
+                addr = socket.getaddrinfo(addr, args["port"], socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+            out["addr"] = addr
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(args.get("timeout", 5))
+            if args.get("source"):
+                s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND
+                s.bind((args["source"], 0))
+            s.connect((addr, args["port"]))
+            if args.get("tls"):
+                c = ssl.create_default_context(cafile=args["ca"])
+                if args.get("sni") is None:
+                    c.check_hostname = False
+                s = c.wrap_socket(s, server_hostname=args.get("sni"))
+            req = (f"GET {args.get('path', '/')} HTTP/1.1\r\nHost: {args.get('host_header', args['host'])}\r\n"
+                   "Connection: close\r\n\r\n").encode()
+            s.sendall(req)
+            data = b""
+            while True:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+            s.close()
+            head, _, body = data.partition(b"\r\n\r\n")
+            out["status"] = int(head.split(b" ")[1]) if head else 0
+            out["body"] = body[:2000].decode("utf-8", "replace")
+            out["ok"] = True
+        elif op == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(args.get("timeout", 2))
+            if args.get("source"):
+                s.setsockopt(socket.SOL_IP, 15, 1)
+                s.bind((args["source"], 0))
+            s.connect((args["addr"], args["port"]))
+            s.send(args.get("payload", "ping").encode())
+            out["reply"] = s.recv(4096).decode("utf-8", "replace")
+            out["ok"] = True
+        elif op == "spoof_udp":
+            # a hand-made IPv4/UDP datagram with a forged source address (what a hostile sandbox root could send)
+            payload = args.get("payload", "spoofed").encode()
+            src, dst = socket.inet_aton(args["source"]), socket.inet_aton(args["addr"])
+            udp = struct.pack("!HHHH", 40000, args["port"], 8 + len(payload), 0) + payload
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0x1234, 0, 64, 17, 0, src, dst)
+            s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            s.sendto(ip + udp, (args["addr"], 0))
+            out["sent"] = len(ip + udp)
+            out["ok"] = True
+        elif op == "spoof_syn":
+            # a hand-made TCP SYN with a forged source address
+            src, dst = socket.inet_aton(args["source"]), socket.inet_aton(args["addr"])
+            tcp = struct.pack("!HHIIBBHHH", 40001, args["port"], 1, 0, 5 << 4, 0x02, 64240, 0, 0)
+            pseudo = src + dst + struct.pack("!BBH", 0, 6, len(tcp))
+            csum = _checksum(pseudo + tcp)
+            tcp = tcp[:16] + struct.pack("!H", csum) + tcp[18:]
+            ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0x1235, 0, 64, 6, 0, src, dst)
+            s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            s.sendto(ip + tcp, (args["addr"], 0))
+            out["sent"] = len(ip + tcp)
+            out["ok"] = True
+        elif op == "dns":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.settimeout(args.get("timeout", 2))
+            s.connect((args["server"], args.get("port", 53)))
+            qname = b"".join(bytes([len(p)]) + p.encode() for p in args["name"].split(".")) + b"\0"
+            s.send(struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", 1, 1))
+            data = s.recv(4096)
+            _, flags, _, an, _, _ = struct.unpack("!HHHHHH", data[:12])
+            out["rcode"] = flags & 0xF
+            addrs, off = [], 12 + len(qname) + 4
+            for _ in range(an):
+                off += 2  # pointer
+                rtype, _, _, rdlen = struct.unpack("!HHIH", data[off:off + 10])
+                off += 10
+                if rtype == 1 and rdlen == 4:
+                    addrs.append(socket.inet_ntoa(data[off:off + 4]))
+                off += rdlen
+            out["addrs"] = addrs
+            out["ok"] = True
+        elif op == "resolve":
+            infos = socket.getaddrinfo(args["name"], 443, socket.AF_INET, socket.SOCK_STREAM)
+            out["addrs"] = sorted({i[4][0] for i in infos})
+            out["ok"] = True
+        else:
+            raise ValueError(op)
+    except Exception as e:  # the refusal is the result
+        out["ok"] = False
+        out["error"] = _errname(e)
+        out["detail"] = str(e)[:200]
+    out["elapsed"] = time.monotonic() - t0
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    role, raw = sys.argv[1], sys.argv[2]
+    {"http": serve_http, "dns": serve_dns, "udp_echo": serve_udp_echo, "probe": probe}[role](json.loads(raw))
