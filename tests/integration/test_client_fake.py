@@ -260,3 +260,10 @@ def test_one_client_many_threads(box, fake):
 
 def test_metrics_text(box):
     assert "lensbox_sandboxes" in box.metrics()
+
+
+def test_files_without_spec_still_ensure_first(box, fake):
+    r = box.run("fresh", "python", "1", files={"a.txt": b"a"})
+    assert [(q.method, q.path, q.body) for q in fake.requests[:2]] == [
+        ("PUT", "/v1/sandboxes/fresh", b"{}"), ("PUT", "/v1/sandboxes/fresh/files/a.txt", b"a")]
+    assert r.sandbox_created is True, "the sandbox was created for this run, by the ensure before the upload"

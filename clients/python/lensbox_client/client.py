@@ -391,8 +391,8 @@ class Client:
         """Runs `source` ("python" or "bash") in the sandbox, creating or starting it as needed.
 
         `files` ({relative path: bytes}) are copied in first, each at most 25 MiB and 100 MiB in all: this is
-        checked before anything is sent. With `spec` (image, network, ...), the sandbox is ensured with it before
-        the files go in, so a change of image or network cannot wipe them afterwards. A program that fails is a
+        checked before anything is sent. With files, the sandbox is ensured first (with `spec`: image, network,
+        ...), so a change of image or network cannot wipe them afterwards. A program that fails is a
         result, not an exception: look at exit_code, timed_out, oom_killed and message."""
         check_name(name)
         if language not in ("python", "bash"):
@@ -407,7 +407,9 @@ class Client:
         spec_body = _spec_body(dict(spec or {}))
 
         ensured: Optional[EnsureResult] = None
-        if uploads and spec_body:
+        if uploads:
+            # ensure first (with the spec, or the daemon's defaults): a change of image or network then replaces
+            # the sandbox before the files go in, and the result can say the sandbox was created for this run
             ensured = self.ensure(name, **spec_body)
         for path, data in uploads:
             self.write_file(name, path, data)
