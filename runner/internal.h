@@ -45,10 +45,12 @@ struct lb_sandbox {
 /* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
-/* Unmounts mountpoint (the loop device detaches itself) and waits until the image is released. */
+/* Unmounts mountpoint; the loop device detaches itself shortly after (see lb_disk_wait_released). */
 int lb_disk_umount(const char *storage, const char *mountpoint, struct lb_error *err);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
+/* Waits up to timeout_ms until no loop device has storage/disk.img attached; -EBUSY if one still has. */
+int lb_disk_wait_released(const char *storage, int timeout_ms);
 
 /* rootfs.c — the new root. The host side (root in the host's namespaces) prepares a skeleton directory and mounts
  * a read-only overlay of skeleton + image at sb->root_mnt; the child side (inside the new user+mount namespaces)

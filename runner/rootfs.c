@@ -2,10 +2,10 @@
  * rootfs.c — the sandbox's root filesystem.
  *
  * Two halves, in two processes:
- *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It writes a small skeleton under
- *    <run_dir>/sandboxes/<name>/: skel/ (mount points /sandbox /tmp /proc /dev, and the generated /etc/passwd,
- *    group, hosts, hostname, resolv.conf) and dev/ (empty files and symlinks that become the minimal /dev). It then
- *    mounts ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win,
+ *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It writes a small skeleton in a 1 MiB tmpfs
+ *    mounted at <run_dir>/sandboxes/<name>/: skel/ (mount points /sandbox /tmp /proc /dev, and the generated
+ * /etc/passwd, group, hosts, hostname, resolv.conf) and dev/ (empty files and symlinks that become the minimal /dev).
+ * It then mounts ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win,
  *    and nothing in it can be written (an overlay with no upper layer is read-only). The image directory is never
  *    modified, so many sandboxes share it.
  *
@@ -129,6 +129,10 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	int r = lb_mkdir_p(sb->state_dir, 0700);
 	if (r < 0)
 		return lb_error_set(err, r, "creating %s", sb->state_dir);
+	/* A small tmpfs of our own holds the skeleton: fast to fill, gone in one umount, and no leftover file of a
+	 * crashed sandbox can ever show up in a new one's root. */
+	if (mount("tmpfs", sb->state_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0700") < 0)
+		return lb_error_set(err, errno, "mounting the state tmpfs at %s", sb->state_dir);
 	char skel[PATH_MAX], etc[PATH_MAX], dev[PATH_MAX];
 	snprintf(skel, sizeof(skel), "%s/skel", sb->state_dir);
 	snprintf(etc, sizeof(etc), "%s/etc", skel);
@@ -328,7 +332,12 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
 		if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
 			first = lb_error_set(err, errno, "unmounting %s", path);
 	}
-	/* Remove exactly what lb_rootfs_prepare() made; anything else left there is a bug worth seeing. */
+	if (umount2(state_dir, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
+		if (umount2(state_dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && first == 0)
+			first = lb_error_set(err, errno, "unmounting %s", state_dir);
+	}
+	/* Remove exactly what lb_rootfs_prepare() made (only there if the tmpfs was not); anything else left there
+	 * is a bug worth seeing. */
 	static const char *const files[] = {
 		"skel/etc/passwd", "skel/etc/group", "skel/etc/hosts", "skel/etc/hostname", "skel/etc/resolv.conf",
 		"dev/null",	   "dev/zero",	     "dev/full",       "dev/random",	    "dev/urandom",

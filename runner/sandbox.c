@@ -379,7 +379,10 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	have_disk = true;
 	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
-	if (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0) {
+	struct stat rst;
+	if (stat(sb->storage_mnt, &rst) < 0 ||
+	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
+	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0))) {
 		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
 		goto fail;
 	}
@@ -577,7 +580,7 @@ int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err)
 		return lb_error_setx(err, EINVAL, "storage must be an absolute path");
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/disk.img", storage);
-	if (lb_disk_find_loop(storage, NULL, 0) == 0)
+	if (lb_disk_wait_released(storage, 2000) < 0)
 		return lb_error_setx(err, EBUSY, "%s is still in use by a running sandbox", img);
 	if (unlink(img) < 0 && errno != ENOENT)
 		return lb_error_set(err, errno, "removing %s", img);

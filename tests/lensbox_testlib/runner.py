@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 from . import images
 
@@ -89,6 +90,11 @@ class RunnerEnv:
         return found
 
     def close(self):
-        left = self.leftovers()
+        # A loop device detaches itself asynchronously after its last unmount: give it a moment.
+        for _ in range(30):
+            left = self.leftovers()
+            if not left:
+                break
+            time.sleep(0.1)
         shutil.rmtree(self.base, ignore_errors=True)
         return left

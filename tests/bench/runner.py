@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""Benchmark: starting a lensbox sandbox and running `python3 -c pass` in it, against the same python3 run bare on
+the host and under bubblewrap (`bwrap --unshare-all`), all in one run on this machine. Prints medians and ratios.
+
+  tests/bench/runner.py [--iterations N] [--rootfs DIR] [--build-dir DIR]
+
+Measured, each as the wall time of one whole command seen from outside (median of N):
+  bare      /usr/bin/python3 -c pass on the host
+  bwrap     bwrap --unshare-all over the image root (read-only), fresh /proc and /dev, the image's python3
+  new       lensbox-runner: start a sandbox (storage already exists, as for a returning conversation), exec
+            python3 -c pass, stop it; the policy is loaded by the tool each time, as lensboxd would not
+  exec      one more exec in an already started sandbox: (T(--repeat K+1) - T(--repeat 1)) / K, measured the same
+            way, so it is the marginal cost of an exec as lensboxd pays it
+Targets (issue 3): new < 1.3x bare, exec < 1.1x bare. Runs as root. Standard library only.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.environ.get("LENSBOX_SOURCE_DIR", os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests"))
+
+
+def timed(cmd):
+    t = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]!r}\n"
+                         f"{p.stderr[-2000:]!r}")
+    return dt, p.stdout
+
+
+def median_ms(cmd, n, warmup=2):
+    for _ in range(warmup):
+        timed(cmd)
+    return statistics.median(timed(cmd)[0] for _ in range(n)) * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=20, help="K, execs per sandbox for the exec measurement")
+    ap.add_argument("--rootfs")
+    ap.add_argument("--build-dir", default=os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build")))
+    args = ap.parse_args()
+
+    if args.rootfs:
+        rootfs = args.rootfs
+    else:
+        from lensbox_testlib.runner import rootfs as default_rootfs
+        rootfs = default_rootfs()
+    runner = os.path.join(args.build_dir, "runner", "lensbox-runner")
+    if not os.access(runner, os.X_OK):
+        raise SystemExit(f"{runner} not built")
+    bwrap = shutil.which("bwrap")
+    if not bwrap:
+        raise SystemExit("bwrap not installed (scripts/install-deps)")
+    policy = os.path.join(SOURCE_DIR, "policy")
+    base = tempfile.mkdtemp(prefix="lensbox-bench-")
+    n = args.iterations
+    try:
+        storage = os.path.join(base, "storage")
+        lensbox = [runner, "--rootfs", rootfs, "--storage", storage, "--policy", policy, "--run-dir",
+                   os.path.join(base, "run"), "--name", f"bench-{os.getpid()}", "--keep"]
+        timed(lensbox + ["--", "true"])  # creates the storage image once (mke2fs), like a first conversation
+
+        bare = median_ms(["/usr/bin/python3", "-c", "pass"], n)
+        bw = median_ms([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
+                        "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/python3", "-c", "pass"], n)
+        new = median_ms(lensbox + ["--", "python3", "-c", "pass"], n)
+        k = args.repeat
+        one = median_ms(lensbox + ["--repeat", "1", "--", "python3", "-c", "pass"], max(5, n // 3))
+        many = median_ms(lensbox + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"], max(5, n // 3))
+        exec_ms = (many - one) / k
+        _, out = timed(lensbox + ["--repeat", "5", "--", "python3", "-c", "pass"])
+        t = json.loads(out)["timing_us"]
+
+        print(f"python3 -c pass, median of {n} runs (ms)")
+        print(f"  bare host            {bare:8.2f}")
+        print(f"  bwrap --unshare-all  {bw:8.2f}   ratio {bw / bare:5.2f}x bare")
+        print(f"  lensbox new sandbox  {new:8.2f}   ratio {new / bare:5.2f}x bare   (target < 1.30x)")
+        print(f"  lensbox exec         {exec_ms:8.2f}   ratio {exec_ms / bare:5.2f}x bare   (target < 1.10x)")
+        print(f"  lensbox inside one run: start {t['start'] / 1000:.2f} ms, exec "
+              f"{statistics.median(t['exec']) / 1000:.2f} ms (median of 5), stop {t['stop'] / 1000:.2f} ms")
+        print(json.dumps({"bare_ms": round(bare, 3), "bwrap_ms": round(bw, 3), "new_ms": round(new, 3),
+                          "exec_ms": round(exec_ms, 3), "ratio_bwrap": round(bw / bare, 3),
+                          "ratio_new": round(new / bare, 3), "ratio_exec": round(exec_ms / bare, 3)}))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
