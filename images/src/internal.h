@@ -1,0 +1,75 @@
+/*
+ * internal.h — what the files of lb_images share and nobody else sees: the store handle, SHA-256 helpers, the
+ * openat2 resolver and the layer applier's entry point.
+ *
+ * Runs in whichever root process imports images (lensboxd, lensbox-image). Invariant: every path from an archive
+ * reaches the file system only through lbi_open_in_root() (openat2 with RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)
+ * or an *at() call on a directory descriptor obtained from it, with a single-component name.
+ */
+#ifndef LB_IMAGES_INTERNAL_H
+#define LB_IMAGES_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "lb/error.h"
+#include "lb/images.h"
+
+struct lb_images {
+	char *root;
+	int rootfd; /* O_PATH|O_DIRECTORY on root */
+	struct lb_image_limits limits;
+};
+
+/* ---- digest.c ---- */
+
+struct lbi_sha256 {
+	void *ctx; /* EVP_MD_CTX */
+};
+
+int lbi_sha256_init(struct lbi_sha256 *h);
+void lbi_sha256_update(struct lbi_sha256 *h, const void *data, size_t len);
+/* Writes 64 lowercase hex digits and a NUL into hex; the context can no longer be updated. */
+void lbi_sha256_final(struct lbi_sha256 *h, char hex[65]);
+void lbi_sha256_done(struct lbi_sha256 *h);
+int lbi_sha256_buf(const void *data, size_t len, char hex[65]);
+
+/* Accepts exactly "sha256:" followed by 64 lowercase hex digits; copies the hex part. -EINVAL otherwise. */
+int lbi_digest_hex(const char *digest, char hex[65]);
+
+/* Reads all of fd from its start, at most max bytes (-EFBIG beyond), hashing it. */
+int lbi_sha256_fd(int fd, uint64_t max, char hex[65], uint64_t *ret_size);
+
+/* ---- resolve.c ---- */
+
+/* openat2(dirfd, path, flags | O_CLOEXEC, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS): path resolves as if dirfd
+ * were "/", symlinks included. Returns the fd or a negative errno. */
+int lbi_open_in_root(int rootfd, const char *path, int flags, mode_t mode);
+
+/* Opens the directory rel ("" is the root) inside rootfd, creating missing components as root-owned 0755
+ * directories when create is set; on_created (may be NULL) is told each component it made (its path inside the
+ * root). */
+int lbi_open_dir_in_root(int rootfd, const char *rel, bool create, void (*on_created)(const char *path, void *ud),
+			 void *ud);
+
+/* Removes dirfd/name whatever it is (a directory recursively, never following symlinks). Absent is success. */
+int lbi_remove_at(int dirfd, const char *name);
+
+/* ---- layer.c ---- */
+
+struct lbi_unpack_stats {
+	uint64_t total_bytes;
+	uint64_t entries;
+	uint64_t skipped_special;
+	uint64_t stripped;
+};
+
+/* Applies the layer blob read from blobfd (tar, gzip or zstd, detected by its magic bytes) to the tree at rootfd,
+ * checking the sha256 of the uncompressed stream against diff_id_hex (64 hex digits). Bounds in l are counted in
+ * st across layers. err names the layer (index, digest) and the entry. */
+int lbi_layer_apply(int rootfd, int blobfd, const char *diff_id_hex, const char *what, const struct lb_image_limits *l,
+		    struct lbi_unpack_stats *st, struct lb_error *err);
+
+#endif
