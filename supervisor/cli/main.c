@@ -357,8 +357,12 @@ static int cmd_run(const struct opts *o, int argc, char **argv)
 			_cleanup_free_ char *safe = lbc_term_safe(recreated, strlen(recreated), false);
 			fprintf(stderr, "lensbox: a fresh sandbox: %s\n", safe ? safe : "");
 		}
+		/* the daemon's sentence for the model; a plain non-zero exit already shows in our exit status */
 		const char *message = lbc_jstr(result, "message", NULL);
-		if (message) {
+		yajl_val code = lbc_jget(result, "exit_code");
+		bool plain_exit = code && YAJL_IS_INTEGER(code) && !lbc_jbool(result, "timed_out") &&
+				  !lbc_jbool(result, "oom_killed") && !lbc_jbool(result, "pids_limited");
+		if (message && !plain_exit) {
 			_cleanup_free_ char *safe = lbc_term_safe(message, strlen(message), false);
 			fprintf(stderr, "lensbox: %s\n", safe ? safe : "");
 		}
