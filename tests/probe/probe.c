@@ -344,8 +344,20 @@ static int op_chown(char **a)
 {
 	return report(lchown(a[0], (uid_t)num(a[1]), (gid_t)num(a[2])));
 }
+/* VALUE is taken as is, or as bytes when written "hex:0100000201..." (capability headers contain NUL bytes). */
 static int op_setxattr(char **a)
 {
+	unsigned char buf[256];
+	size_t n = 0;
+	if (strncmp(a[2], "hex:", 4) == 0) {
+		for (const char *h = a[2] + 4; h[0] && h[1] && n < sizeof(buf); h += 2) {
+			unsigned v;
+			if (sscanf(h, "%2x", &v) != 1)
+				break;
+			buf[n++] = (unsigned char)v;
+		}
+		return report(lsetxattr(a[0], a[1], buf, n, 0));
+	}
 	return report(lsetxattr(a[0], a[1], a[2], strlen(a[2]), 0));
 }
 static int op_utime(char **a)

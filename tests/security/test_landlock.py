@@ -1,0 +1,78 @@
+"""Attacks on the Landlock layer: writes outside /sandbox, /tmp, /dev/shm and the device nodes are refused even
+where the mount and file permissions would allow them, TCP connect and bind are refused in the `off` tier, and
+signals cannot leave the sandbox's Landlock domain. Expected answers: EACCES for filesystem and network rules,
+EPERM for the signal scope (the errnos Landlock documents)."""
+
+import json
+import subprocess
+
+import pytest
+
+from lensbox_testlib.attack import PROBE, refused, succeeded
+
+ATTACKS = [
+    # /proc/self/* belongs to the probe itself (DAC allows it) and /proc is mounted rw: only Landlock says no.
+    ("write_proc_self_comm", ["write", "/proc/self/comm", "renamed"], "EACCES"),
+    ("write_proc_self_oom_score_adj", ["write", "/proc/self/oom_score_adj", "1000"], "EACCES"),
+    ("write_proc_self_attr", ["write", "/proc/self/attr/exec", "unconfined"], "EACCES"),
+    ("write_proc_self_setgroups", ["write", "/proc/self/setgroups", "deny"], "EACCES"),
+    ("tcp_connect_loopback_80", ["tcp-connect", "127.0.0.1", 80], "EACCES"),
+    ("tcp_connect_loopback_443", ["tcp-connect", "127.0.0.1", 443], "EACCES"),
+    ("tcp6_connect_loopback_443", ["tcp-connect", "::1", 443], "EACCES"),
+    ("tcp_connect_ssh_loopback", ["tcp-connect", "127.0.0.2", 22], "EACCES"),
+    ("tcp_bind_8080", ["tcp-bind", 8080], "EACCES"),
+    ("tcp_bind_ephemeral", ["tcp-bind", 0], "EACCES"),
+    ("tcp6_bind", ["tcp-bind", 8443, "::1"], "EACCES"),
+    # pid 1 is the sandbox's init: same uid, but outside this run's Landlock domain (ABI 6 signal scope).
+    ("signal_init", ["kill", 1, 15], "EPERM"),
+    ("signal_init_probe_only", ["kill", 1, 0], "EPERM"),
+]
+
+# What the policy grants must keep working, or the refusals above prove nothing.
+ALLOWED = [
+    ("write_sandbox", ["write", "/sandbox/f"]),
+    ("write_tmp", ["write", "/tmp/f"]),
+    ("write_dev_shm", ["write", "/dev/shm/f"]),
+    ("write_dev_null", ["write", "/dev/null"]),
+    ("mkdir_sandbox", ["mkdir", "/sandbox/d"]),
+    ("fifo_in_tmp", ["mknod", "/tmp/fifo", "p"]),
+    ("truncate_sandbox", ["truncate", "/sandbox/f", 0]),
+    ("read_image", ["read", "/bin/busybox", 4]),
+]
+
+
+@pytest.fixture(scope="module")
+def batch(lab):
+    return lab.script([a[1] for a in ATTACKS] + [a[1] for a in ALLOWED] + [["landlock-abi"]])
+
+
+@pytest.mark.parametrize("i", range(len(ATTACKS)), ids=[a[0] for a in ATTACKS])
+def test_denied(batch, i):
+    outs, res = batch
+    refused(outs[i], ATTACKS[i][2], res)
+
+
+@pytest.mark.parametrize("i", range(len(ALLOWED)), ids=[a[0] for a in ALLOWED])
+def test_granted(batch, i):
+    outs, res = batch
+    succeeded(outs[len(ATTACKS) + i], res)
+
+
+def test_enforced_abi_is_the_kernels_best(batch):
+    outs, res = batch
+    host = json.loads(subprocess.run([PROBE, "landlock-abi"], stdout=subprocess.PIPE, check=True).stdout)
+    assert host["ok"], host
+    assert res["isolation"]["landlock_abi"] == host["value"], (res["isolation"], host)
+    assert host["value"] >= 6, "the policy needs Landlock ABI 6 (policy/landlock.rules: min_abi)"
+    inside = outs[-1]
+    succeeded(inside, res)
+    assert inside["value"] == host["value"], inside
+
+
+def test_rename_across_writable_mounts(lab):
+    """Renaming or linking between /sandbox and /tmp crosses mounts (EXDEV) — no way to move a file around the
+    rules with rename."""
+    outs, res = lab.script([["write", "/tmp/a"], ["rename", "/tmp/a", "/sandbox/a"], ["link", "/tmp/a", "/sandbox/b"]])
+    succeeded(outs[0], res)
+    refused(outs[1], "EXDEV", res)
+    refused(outs[2], "EXDEV", res)

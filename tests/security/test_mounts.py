@@ -1,0 +1,153 @@
+"""Attacks on the mount layer: the mount table cannot change, the image root is read-only, /proc hides what Docker
+hides, and nothing of the host's filesystem is reachable (mountinfo, /proc/1/root, symlinks, hard links)."""
+
+import os
+
+import pytest
+
+from lensbox_testlib.attack import refused, succeeded
+
+ATTACKS = [
+    ("mount_tmpfs_over_tmp", ["mount", "none", "/tmp", "tmpfs"], "EPERM"),
+    ("mount_proc_again", ["mount", "proc", "/sandbox", "proc"], "EPERM"),
+    ("bind_mount_root", ["mount", "/", "/sandbox", "none", 4096], "EPERM"),  # MS_BIND
+    ("remount_root_rw", ["mount", "none", "/", "none", 32], "EPERM"),  # MS_REMOUNT
+    ("umount_sandbox", ["umount", "/sandbox"], "EPERM"),
+    ("umount_proc_lazy", ["umount", "/proc", 2], "EPERM"),  # MNT_DETACH
+    ("pivot_root", ["pivot_root", "/sandbox", "/sandbox"], "EPERM"),
+    ("chroot", ["chroot", "/sandbox"], "EPERM"),
+    ("chroot_escape", ["chroot-escape", "/tmp/jail"], "EPERM"),
+    ("fsopen_tmpfs", ["fsopen", "tmpfs"], "EPERM"),
+    ("open_tree_clone", ["open_tree", "/"], "EPERM"),
+    # The image root: an overlay mounted read-only.
+    ("write_etc_passwd", ["write", "/etc/passwd", "root::0:0::/:/bin/sh\n"], "EROFS"),
+    ("create_in_usr_bin", ["write", "/usr/bin/evil"], "EROFS"),
+    ("create_in_root", ["write", "/evil"], "EROFS"),
+    ("truncate_busybox", ["truncate", "/bin/busybox", 0], "EROFS"),
+    ("unlink_etc_hostname", ["unlink", "/etc/hostname"], "EROFS"),
+    ("chmod_etc_passwd", ["chmod", "/etc/passwd", "666"], "EROFS"),
+    ("rename_out_of_etc", ["rename", "/etc/passwd", "/sandbox/passwd"], "EXDEV"),
+    # Host-wide kernel knobs: /proc/sys is read-only, /sys is absent.
+    ("write_proc_sys_hostname", ["write", "/proc/sys/kernel/hostname", "pwned"], "EROFS"),
+    ("write_core_pattern", ["write", "/proc/sys/kernel/core_pattern", "|/sandbox/x"], "EROFS"),
+    ("write_sys_uevent_helper", ["write", "/sys/kernel/uevent_helper", "/sandbox/x"], "ENOENT"),
+    # Another process's root: /proc/1 is the sandbox's init, not ours to open.
+    ("proc_1_root", ["ls", "/proc/1/root/"], "EACCES"),
+    ("proc_1_environ", ["read", "/proc/1/environ"], "EACCES"),
+    # DAC still applies to the image's private files.
+    ("read_root_only_file", ["read", "/etc/secret"], "EACCES"),
+    # Planted links: a hard link to a file of the image crosses mounts; a symlink resolves inside our root.
+    ("hardlink_to_image_file", ["link", "/etc/passwd", "/sandbox/passwd-link"], "EXDEV"),
+]
+
+# Multi-step attacks in the same sandbox: plant, then use.
+PLANTS = [
+    ["symlink", "/../../../../../../proc/1/root/etc/secret", "/sandbox/up"],
+    ["read", "/sandbox/up"],
+    ["symlink", "../../../../../../../work", "/sandbox/host"],
+    ["ls", "/sandbox/host"],
+]
+
+
+MASKED_FILES = ["kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "sysrq-trigger",
+                "interrupts"]
+MASKED_DIRS = ["acpi", "asound", "scsi", "driver"]
+
+
+@pytest.fixture(scope="module")
+def batch(lab):
+    steps = [a[1] for a in ATTACKS] + PLANTS + [
+        ["read", "/proc/self/mountinfo", 65536],
+        ["ls", "/"],
+        ["write", "/proc/keys", "x"],
+    ] + [["stat", "/proc/" + f] for f in MASKED_FILES] + [["ls", "/proc/" + d] for d in MASKED_DIRS]
+    return lab.script(steps)
+
+
+def extra(batch, k):
+    outs, res = batch
+    return outs[len(ATTACKS) + len(PLANTS) + k], res
+
+
+@pytest.mark.parametrize("i", range(len(ATTACKS)), ids=[a[0] for a in ATTACKS])
+def test_denied(batch, i):
+    outs, res = batch
+    refused(outs[i], ATTACKS[i][2], res)
+
+
+def test_planted_symlink_through_proc_1_root(batch):
+    outs, res = batch
+    n = len(ATTACKS)
+    succeeded(outs[n], res)  # planting a symlink in /sandbox is allowed...
+    refused(outs[n + 1], "EACCES", res)  # ...following it into init's root is not
+
+
+def test_planted_symlink_to_host_path(batch):
+    outs, res = batch
+    n = len(ATTACKS)
+    succeeded(outs[n + 2], res)
+    refused(outs[n + 3], "ENOENT", res)  # ".." stops at the sandbox's root: the host's /work is not there
+
+
+def _host_paths(mountinfo):
+    """Host paths a reader of mountinfo learns: overlay layer directories and the roots of bind mounts."""
+    paths = set()
+    for line in mountinfo.splitlines():
+        f = line.split()
+        if f[3] != "/":
+            paths.add(f[3])
+        for opt in f[-1].split(","):
+            if opt.startswith(("lowerdir=", "upperdir=", "workdir=")):
+                paths.update(x for x in opt.split("=", 1)[1].split(":") if x.startswith("/"))
+    return sorted(paths)
+
+
+def test_mountinfo_paths_lead_nowhere(batch, lab):
+    """The mountinfo trick: read the host paths mountinfo reveals, then try to reach them from inside. Every one
+    must be absent from the sandbox's root (ENOENT), and the storage's host path must not even be named."""
+    p, res = extra(batch, 0)
+    succeeded(p, res)
+    text = p["data"]
+    assert "storage-" not in text and "/work/" not in text, text
+    mounts = {line.split()[4]: line.split()[5] for line in text.splitlines()}
+    assert mounts["/"].split(",")[0] == "ro", mounts
+    for point in ("/", "/sandbox", "/tmp", "/dev/shm"):
+        assert {"nosuid", "nodev"} <= set(mounts[point].split(",")), (point, mounts[point])
+    paths = [x for x in _host_paths(text) if x not in ("/null", "/zero", "/full", "/random", "/urandom", "/tty")
+             and not x.startswith(("/bus", "/fs", "/irq", "/sys"))]  # devtmpfs nodes and /proc's own subdirs
+    assert paths, "expected the overlay's layer paths in mountinfo (if they vanished, update this test)"
+    outs, res2 = lab.script([["ls", x] for x in paths] + [["stat", x + "/etc/secret"] for x in paths])
+    for x, o in zip(paths * 2, outs):
+        refused(o, "ENOENT", res2)
+
+
+def test_root_lists_only_the_image(batch):
+    p, res = extra(batch, 1)
+    succeeded(p, res)
+    assert not set(p["entries"]) & {"work", "root", "home", "boot", "old_root", "run", "sys"}, p["entries"]
+
+
+def test_masked_proc_file_swallows_writes(batch):
+    p, res = extra(batch, 2)
+    succeeded(p, res)  # /proc/keys is /dev/null: the write goes nowhere
+
+
+@pytest.mark.parametrize("i", range(len(MASKED_FILES)), ids=MASKED_FILES)
+def test_proc_masked_files(batch, i):
+    """Docker's masked /proc files: /dev/null in the sandbox where the host kernel has them, absent otherwise."""
+    p, res = extra(batch, 3 + i)
+    if os.path.exists("/proc/" + MASKED_FILES[i]):
+        succeeded(p, res)
+        assert p["type"] == "char" and p["rdev"] == "1:3", p
+    else:
+        refused(p, "ENOENT", res)
+
+
+@pytest.mark.parametrize("i", range(len(MASKED_DIRS)), ids=MASKED_DIRS)
+def test_proc_masked_dirs(batch, i):
+    p, res = extra(batch, 3 + len(MASKED_FILES) + i)
+    if os.path.exists("/proc/" + MASKED_DIRS[i]):
+        succeeded(p, res)
+        assert p["entries"] == [], p
+    else:
+        refused(p, "ENOENT", res)
