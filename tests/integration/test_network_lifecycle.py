@@ -1,0 +1,99 @@
+"""Network lifecycle in a sealed world: the `off` tier, detach, tier change, and reconciliation after a crash.
+
+Removing a sandbox's network must leave no veth, set, chain, counter or map element behind; a restarted lensbox must
+remove what a crashed one left for sandboxes it no longer knows.
+"""
+import json
+import os
+import re
+import signal
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lensbox_testlib import networld as nw  # noqa: E402
+
+
+@pytest.fixture
+def world():
+    w = nw.World()
+    try:
+        w.start_lensbox()
+        yield w
+    finally:
+        w.close()
+
+
+def host_links(world):
+    return sorted(l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=world.host).stdout)
+                  if l["ifname"].startswith("lbh"))
+
+
+def table(world):
+    return world.nft("list", "table", "inet", "lensbox").stdout
+
+
+def test_off_reaches_nothing(world):
+    sb = world.add_sandbox("offsb", "off")
+    assert sb["addr"] == "-"
+    links = [l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=sb["ns"]).stdout)]
+    assert links == ["lo"]
+    for host in (nw.HOST_UPLINK_IP, nw.SITE_IP, "10.231.0.1"):
+        r = world.probe(sb, op="http", host=host, port=80)
+        assert r["ok"] is False and r["error"] == "ENETUNREACH" and r["elapsed"] < 1.0, r
+    r = world.probe(sb, op="udp", addr=nw.DNS_IP, port=53)
+    assert r["ok"] is False and r["error"] == "ENETUNREACH", r
+    assert host_links(world) == []
+
+
+def test_detach_leaves_nothing(world):
+    empty = table(world)
+    sb = world.add_sandbox("gone", "web")
+    assert host_links(world) == ["lbh0"]
+    assert "sb0_fwd" in table(world) and '"lbh0"' in table(world)
+    world.ctl.ok("detach gone")
+    assert host_links(world) == []
+    assert table(world) == empty
+    links = [l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=sb["ns"]).stdout)]
+    assert links == ["lo"]
+    assert world.ctl.cmd("detach gone").startswith("error detach: sandbox gone has no network attached")
+
+
+def test_tier_change_recreates(world):
+    sb = world.add_sandbox("chg", "web")
+    assert world.probe(sb, op="http", host=nw.SITE, port=80)["ok"]
+    world.ctl.ok(f"attach chg /run/netns/{sb['ns']} packages")
+    assert host_links(world) == ["lbh0"]
+    t = table(world)
+    assert "sb0_tcp_ports" not in t and "dnat ip to 10.231.0.1:10080" in t, t
+    r = world.probe(sb, op="http", host=nw.SITE_IP, port=80)
+    assert r["ok"] is False and r["error"] == "ECONNRESET", r  # now the relay refuses a raw IP
+
+
+def test_reconcile_after_crash(world):
+    keep = world.add_sandbox("keep", "web")
+    world.add_sandbox("drop", "packages")
+    assert host_links(world) == ["lbh0", "lbh1"]
+    world.ctl.p.send_signal(signal.SIGKILL)
+    world.ctl.p.wait()
+    ctl = world.start_lensbox()  # a restart: a fresh table; the veths are still there
+    assert host_links(world) == ["lbh0", "lbh1"]
+    assert ctl.ok("reconcile keep") == ["1"]
+    assert host_links(world) == ["lbh0"]
+    # the surviving sandbox is attached again by its supervisor, and works
+    ctl.ok(f"attach keep /run/netns/{keep['ns']} web")
+    assert world.probe(keep, op="http", host=nw.SITE, port=80)["ok"]
+    assert ctl.ok("reconcile") == ["1"]
+    assert host_links(world) == []
+    assert re.search(r"\bsb\d+_", table(world)) is None, table(world)
+    assert re.search(r'"lbh\d', table(world)) is None, table(world)
+
+
+def test_health_reports_foreign_forward_drop(world):
+    h = world.ctl.cmd("health")
+    assert "foreign_forward_drop=0" in h and "table=1" in h and 'uplinks="up0"' in h, h
+    nw.sh("nft", "-f", "-", ns=world.host,
+          input="add table ip filter\nadd chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }\n")
+    h = world.ctl.cmd("health")
+    assert "foreign_forward_drop=1" in h and 'forward="ip filter FORWARD (policy drop)"' in h, h
