@@ -123,6 +123,8 @@ def test_stop_delete_and_ledger(d, c):
     rows = c.runs(n)
     assert [row.sandbox for row in rows] == [n, n]
     assert rows[0].id > rows[1].id and rows[0].outcome == "ok"
+    assert c.get_run(rows[1].id).id == rows[1].id
+    raises(lambda: c.get_run("0" * 26), 404, "run_not_found")
     assert c.delete(n) is True
     raises(lambda: c.get(n), 404, "sandbox_not_found")
     assert c.delete(n) is False

@@ -439,6 +439,12 @@ class Client:
         d = self._request("GET", "/v1/runs?" + urllib.parse.urlencode(q))[1]
         return [RunRecord.from_json(x) for x in d.get("runs", [])]
 
+    def get_run(self, run_id: str) -> RunRecord:
+        """One ledger row by its id (SandboxError 404 run_not_found)."""
+        if not isinstance(run_id, str) or not re.fullmatch(r"[0-9a-z]{26}", run_id):
+            raise SandboxError(404, "run_not_found", f"{run_id!r} is not a lensbox run id")
+        return RunRecord.from_json(self._request("GET", f"/v1/runs/{run_id}")[1])
+
     # ---- files ----
 
     def files(self, name: str, path: str = "", *, recursive: bool = True) -> FileList:
