@@ -264,12 +264,45 @@ static _Noreturn void c2_main(const struct exec_plan *p)
 static _Noreturn void c1_main(const struct exec_plan *p)
 {
 	int rep = p->report_w;
+	/* We are a copy of the caller: drop every descriptor it had except the ones this run needs, before we
+	 * enter the sandbox's namespaces. */
+	int keep[LB_CG_MAX_DIRS + 5];
+	size_t nk = 0;
+	for (size_t i = 0; i < p->n_cg; i++)
+		keep[nk++] = p->cg_fds[i];
+	keep[nk++] = p->out_w;
+	keep[nk++] = p->err_w;
+	keep[nk++] = p->report_w;
+	keep[nk++] = p->init_pidfd;
+	if (p->landlock_fd >= 0)
+		keep[nk++] = p->landlock_fd;
+	for (size_t i = 1; i < nk; i++) /* insertion sort: a handful of fds */
+		for (size_t j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	unsigned from = 3;
+	for (size_t i = 0; i < nk; i++) {
+		if ((unsigned)keep[i] > from)
+			syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0u);
+		if ((unsigned)keep[i] + 1 > from)
+			from = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, from, ~0u, 0u);
+	/* Sandboxed programs are the first thing the OOM killer should take, on the host as in their cgroup. */
+	int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (oom < 0 || write(oom, "1000", 4) != 4)
+		fail_child(rep, "setting oom_score_adj", errno);
+	close(oom);
 	/* No supplementary groups of the caller may follow us (setgroups is denied inside the sandbox). */
 	if (syscall(SYS_setgroups, 0, NULL) < 0)
 		fail_child(rep, "setgroups", errno);
-	for (size_t i = 0; i < p->n_cg; i++)
+	for (size_t i = 0; i < p->n_cg; i++) {
 		if (write(p->cg_fds[i], "0", 1) != 1)
 			fail_child(rep, "joining the run cgroup", errno);
+		close(p->cg_fds[i]);
+	}
 	if (setns(p->init_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				     CLONE_NEWNET | CLONE_NEWCGROUP) < 0)
 		fail_child(rep, "entering the sandbox's namespaces", errno);

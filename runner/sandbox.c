@@ -446,6 +446,9 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		if (r < 0)
 			goto fail;
 	}
+	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
+	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
+	(void)write_proc(pid, "oom_score_adj", "-1000", NULL);
 	if (write(release[1], "g", 1) != 1) {
 		r = lb_error_set(err, errno, "releasing init");
 		goto fail;

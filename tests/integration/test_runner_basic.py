@@ -111,3 +111,17 @@ def test_pid_namespace_sees_only_the_sandbox(env):
     r = env.python("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
     pids = json.loads(r["stdout"])
     assert pids[0] == 1 and len(pids) == 2  # the sandbox's init and this program
+
+
+def test_descriptors_of_the_caller_never_reach_the_program(env, tmp_path):
+    # The runner inherits an open file (as lensboxd holds sockets and databases); the program must not see it,
+    # not even as a number (runc CVE-2024-21626).
+    secret = tmp_path / "secret"
+    secret.write_text("host secret")
+    fd = os.open(secret, os.O_RDONLY)
+    try:
+        r = env.run(["python3", "-c", f"import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))"],
+                    pass_fds=(fd,))
+    finally:
+        os.close(fd)
+    assert r["stdout"] == "[0, 1, 2, 3]\n"

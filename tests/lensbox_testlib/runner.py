@@ -50,7 +50,7 @@ class RunnerEnv:
     def storage(self, label=None):
         return os.path.join(self.base, "storage-" + (label or str(next(_counter))))
 
-    def run(self, argv, storage=None, keep=False, flags=(), timeout=120, name=None):
+    def run(self, argv, storage=None, keep=False, flags=(), timeout=120, name=None, pass_fds=()):
         name = name or f"t{os.getpid()}-{next(_counter)}"
         self.names.append(name)
         cmd = [runner_bin(), "--rootfs", rootfs(), "--storage", storage or self.storage(), "--policy", POLICY_DIR,
@@ -58,7 +58,7 @@ class RunnerEnv:
         if keep:
             cmd.append("--keep")
         cmd += ["--", *argv]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, pass_fds=pass_fds)
         out = proc.stdout.decode("utf-8")  # must be valid UTF-8 whatever the program printed
         try:
             res = Result(json.loads(out))
