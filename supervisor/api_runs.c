@@ -5,8 +5,9 @@
  * other connections have threads of their own. A run holds its sandbox's turn from ensuring the sandbox to the
  * end of the program, so runs in one sandbox execute one at a time in arrival order.
  *
- * The source is written into the sandbox's own storage as /sandbox/.lensbox/<run id>/main.py (or main.sh), owned
- * by the sandbox's uid, so tracebacks carry line numbers and a file name; it is removed after the run. Program
+ * The source is written into the sandbox's private /tmp as /tmp/.lensbox-<run id>/main.py (or main.sh), owned by
+ * the sandbox's uid, so tracebacks carry line numbers and a file name, and /sandbox holds only the user's files; it
+ * is removed after the run. Program
  * output is hostile bytes: the runner keeps the first 4*N+4 bytes of stdout and the last 4*N+4 of stderr (N =
  * output_limit characters; a character is at most 4 bytes), this file drops a sequence cut by that window, replaces
  * invalid UTF-8 with U+FFFD and then cuts at N Unicode characters, so the JSON is always valid and never cuts a
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -207,26 +209,26 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	lbd_sandbox_touch(d, sb);
 
 	struct lb_sandbox *live = lbd_sandbox_live(sb);
-	rootfd = open(lb_sandbox_storage_mount(live), O_PATH | O_DIRECTORY | O_CLOEXEC);
+	rootfd = lbd_open_sandbox_tmp(lb_sandbox_init_pid(live), &f);
 	if (rootfd < 0) {
-		lbd_res_error(res, 500, "internal", "Opening the sandbox's storage failed: %s", strerror(errno));
+		lbd_res_fail(res, &f);
 		goto release;
 	}
 	char rel[128], inside[160];
-	snprintf(rel, sizeof(rel), ".lensbox/%s/main.%s", run.id, python ? "py" : "sh");
-	snprintf(inside, sizeof(inside), "/sandbox/%s", rel);
+	snprintf(rel, sizeof(rel), ".lensbox-%s/main.%s", run.id, python ? "py" : "sh");
+	snprintf(inside, sizeof(inside), "/tmp/%s", rel);
+	/* The sandbox's /tmp belongs to its user namespace, where host root is unmapped: the file is created with
+	 * this thread's filesystem ids set to the sandbox's host uid/gid (per-thread credentials; the effective ids and
+	 * the other threads are untouched), which also means it is written with exactly the sandbox's own rights. */
+	setfsgid(row.host_gid);
+	setfsuid(row.host_uid);
 	int r = lbd_file_write(rootfd, rel, source, source_len, 0644, row.host_uid, row.host_gid, &f);
-	if (r == -ELOOP || r == -ENOTDIR || r == -EXDEV || f.status == 409) {
-		/* The sandbox replaced .lensbox with a link or a file: take the name back (unlinking a link never
-		 * touches its target) and try once more. */
-		unlinkat(rootfd, ".lensbox", 0);
-		memset(&f, 0, sizeof(f));
-		r = lbd_file_write(rootfd, rel, source, source_len, 0644, row.host_uid, row.host_gid, &f);
-	}
+	setfsuid(0);
+	setfsgid(0);
 	if (r < 0) {
 		if (f.status == 413)
 			lbd_res_error(res, 413, "disk_full",
-				      "The sandbox's disk is full, so the source could not be written.");
+				      "The sandbox's /tmp is full, so the source could not be written.");
 		else
 			lbd_res_fail(res, &f);
 		goto release;
@@ -244,8 +246,12 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	};
 	uint64_t t0 = lbd_mono_ms();
 	r = lb_sandbox_exec(live, &es, &x, &err);
+	setfsgid(row.host_gid);
+	setfsuid(row.host_uid);
 	lbd_file_remove(rootfd, rel);
-	close(rootfd); /* an open fd in the storage would keep it mounted past a stop */
+	setfsuid(0);
+	setfsgid(0);
+	close(rootfd); /* an fd into the sandbox would keep its mounts alive past a stop */
 	rootfd = -1;
 	lbd_sandbox_touch(d, sb);
 	if (r < 0) {

@@ -235,7 +235,8 @@ int lbd_file_open_read(int root, const char *path, uint64_t max, int *ret_fd, ui
 	}
 	if (S_ISLNK(st.st_mode)) {
 		lbd_fail_set(f, 404, "file_not_found",
-			     "%.200s is a symbolic link, which lensbox does not follow; copy out the file it names.", path);
+			     "%.200s is a symbolic link, which lensbox does not follow; copy out the file it names.",
+			     path);
 		return -ELOOP;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -295,7 +296,33 @@ void lbd_file_remove(int root, const char *path)
 		_cleanup_close_ int pfd = openat2_safe(root, parent, O_PATH | O_DIRECTORY);
 		if (pfd >= 0)
 			unlinkat(pfd, slash2 + 1, AT_REMOVEDIR);
+		/* and the grandparent (.lensbox) when nothing else is in it, so /sandbox looks untouched */
+		if (!strchr(parent, '/'))
+			unlinkat(root, parent, AT_REMOVEDIR);
 	}
+}
+
+int lbd_open_sandbox_tmp(pid_t init_pid, struct lbd_fail *f)
+{
+	char proc[64];
+	snprintf(proc, sizeof(proc), "/proc/%d/root", (int)init_pid);
+	/* Safe: /proc/<pid>/root of the sandbox's own init (whose pidfd the runner holds, so the pid is not reused)
+	 * is that sandbox's root; from there only "tmp" is resolved, refusing any link. /tmp is a mount point in a
+	 * read-only root, so the sandbox cannot have replaced it; inside it, files.c refuses links as everywhere. */
+	_cleanup_close_ int root = open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0) {
+		lbd_fail_set(f, 500, "internal", "Opening the sandbox's root failed: %s", strerror(errno));
+		return -errno;
+	}
+	struct open_how how = { .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+				.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, root, "tmp", &how, sizeof(how));
+	if (fd < 0) {
+		int e = errno;
+		lbd_fail_set(f, 500, "internal", "Opening the sandbox's /tmp failed: %s", strerror(e));
+		return -e;
+	}
+	return fd;
 }
 
 /* ---- listing ---- */

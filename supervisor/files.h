@@ -30,7 +30,11 @@ int lbd_file_open_read(int root, const char *path, uint64_t max, int *ret_fd, ui
 /* Generates {"files": [...], "more": N} for the directory root/dir ("" for the top). */
 int lbd_files_list(int root, const char *dir, bool recursive, yajl_gen g, struct lbd_fail *f);
 
-/* Removes root/path (a file) and then its parent directory if it became empty; errors are ignored. */
+/* Removes root/path (a file), then its parent and (for a two-level path) grandparent directory when they became
+ * empty; errors are ignored. */
 void lbd_file_remove(int root, const char *path);
+
+/* An O_PATH fd of a running sandbox's /tmp, reached through its init's root, for the run's source file. */
+int lbd_open_sandbox_tmp(pid_t init_pid, struct lbd_fail *f);
 
 #endif

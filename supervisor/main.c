@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a client that disconnects must not kill the daemon */
-	umask(0022); /* runner/ creates directories the sandbox's uid must enter; private ones pass 0700 */
+	umask(0022);		  /* runner/ creates directories the sandbox's uid must enter; private ones pass 0700 */
 
 	if (geteuid() != 0)
 		lb_warn(NULL, "lensboxd is not running as root: sandboxes will not start");

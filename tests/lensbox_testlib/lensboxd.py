@@ -203,9 +203,19 @@ class Daemon:
 
     # ---- what the kernel holds ----
 
-    def leaks(self, names=None):
+    def leaks(self, settle=3.0):
         """Kernel objects left for this daemon's sandboxes: mounts under run_dir, loop devices backed by files in
-        state_dir, cgroups named after its sandboxes, processes running as one of its host uids."""
+        state_dir, cgroups named after its sandboxes, processes running as one of its host uids (zombies excepted:
+        a SIGKILLed process is gone once its parent reaps it). A killed process takes a moment to exit, so this
+        looks again for up to `settle` seconds before reporting."""
+        deadline = time.monotonic() + settle
+        while True:
+            found = self._leaks_now()
+            if not found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.1)
+
+    def _leaks_now(self):
         found = []
         with open("/proc/self/mountinfo") as f:
             for line in f:
@@ -226,12 +236,10 @@ class Daemon:
         for st in glob.glob("/proc/[0-9]*/status"):
             try:
                 with open(st) as f:
-                    for line in f:
-                        if line.startswith("Uid:"):
-                            uid = int(line.split()[1])
-                            if lo <= uid < hi:
-                                found.append(f"process: {st} uid {uid}")
-                            break
-            except OSError:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                uid = int(fields["Uid"].split()[0])
+                if lo <= uid < hi and not fields.get("State", "").strip().startswith("Z"):
+                    found.append(f"process: {st} uid {uid}")
+            except (OSError, KeyError, ValueError):
                 pass
         return found
