@@ -148,7 +148,7 @@ void store_column_text(sqlite3_stmt *st, int col, char *dst, size_t size)
 	size_t n = t ? (size_t)sqlite3_column_bytes(st, col) : 0;
 	if (n >= size)
 		n = size - 1;
-	if (n)
+	if (t && n)
 		memcpy(dst, t, n);
 	dst[n] = '\0';
 }
@@ -203,7 +203,7 @@ static int migrate(struct lb_store *s, struct lb_error *err)
 			   err);
 	if (r < 0)
 		return lb_error_wrap(err, "creating the schema_version table");
-	int version;
+	int version = 0;
 	r = read_version(s, &version, err);
 	if (r < 0)
 		return r;
@@ -306,7 +306,7 @@ int lb_store_open(const struct lb_store_config *cfg, struct lb_store **ret, stru
 	    path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE,
 	    NULL);
 	if (rc != SQLITE_OK) {
-		r = store_fail(s, rc, err, "opening the state database");
+		(void)store_fail(s, rc, err, "opening the state database");
 		sqlite3_close(s->db);
 		return lb_error_wrap(err, "%s", path);
 	}
@@ -338,7 +338,7 @@ void lb_store_close(struct lb_store *s)
 int lb_store_schema_version(struct lb_store *s, int *ret_version, struct lb_error *err)
 {
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
-	int v;
+	int v = 0;
 	int r = read_version(s, &v, err);
 	if (r < 0)
 		return r;

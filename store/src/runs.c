@@ -97,7 +97,7 @@ int lb_run_id_generate(int64_t now_ms, char out[LB_RUN_ID_LEN + 1], struct lb_er
 		unsigned bit = (unsigned)i * 5, v = 0;
 		for (unsigned b = 0; b < 5; b++) {
 			unsigned pos = bit + b;
-			v = (v << 1) | ((rnd[pos / 8] >> (7 - pos % 8)) & 1u);
+			v = (v << 1) | (((unsigned)rnd[pos / 8] >> (7 - pos % 8)) & 1u);
 		}
 		id[10 + i] = CROCKFORD[v];
 	}

@@ -158,7 +158,10 @@ char *lbc_term_safe(const char *s, size_t len, bool keep_newlines)
 		unsigned char c = u[i];
 		if (c < 0x80) {
 			bool ok = (c >= 0x20 && c != 0x7f) || (keep_newlines && (c == '\n' || c == '\t'));
-			out[o++] = ok ? (char)c : '?';
+			if (ok)
+				out[o++] = (char)c;
+			else
+				out[o++] = '?';
 			i++;
 			continue;
 		}

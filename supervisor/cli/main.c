@@ -793,11 +793,10 @@ static int cmd_cp(const struct opts *o, int argc, char **argv)
 {
 	if (argc != 2)
 		return usage_error("cp takes a source and a destination, one of them NAME:PATH");
-	char *sname = NULL, *dname = NULL;
+	_cleanup_free_ char *sname = NULL, *dname = NULL;
 	const char *spath = NULL, *dpath = NULL;
 	bool src_remote = split_remote(argv[0], &sname, &spath);
 	bool dst_remote = split_remote(argv[1], &dname, &dpath);
-	_cleanup_free_ char *sname_owned = sname, *dname_owned = dname;
 	if (src_remote == dst_remote)
 		return usage_error("cp copies between this machine and a sandbox: exactly one side is NAME:PATH "
 				   "(write ./%s for a local name with a colon)",

@@ -38,11 +38,15 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	snprintf(f->dir, sizeof(f->dir), "/tmp/lb-store-test-XXXXXX");
-	if (!mkdtemp(f->dir))
+	if (!mkdtemp(f->dir)) {
+		free(f);
 		return -1;
+	}
 	snprintf(f->path, sizeof(f->path), "%s/state.db", f->dir);
-	if (open_store(f, 200000, 8) < 0)
+	if (open_store(f, 200000, 8) < 0) {
+		free(f);
 		return -1;
+	}
 	*state = f;
 	return 0;
 }
