@@ -102,7 +102,7 @@ class Lab:
         for d in ("bin", "usr/bin", "usr/local/bin", "etc", "sandbox", "tmp", "proc", "dev"):
             os.makedirs(os.path.join(path, d), exist_ok=True)
         shutil.copy2(BUSYBOX, os.path.join(path, "bin/busybox"))
-        for tool in ("sh", "ls", "cat", "echo", "sleep", "true", "id", "env", "wc", "head", "kill", "ps"):
+        for tool in ("sh", "ls", "cat", "echo", "sleep", "true", "id", "env", "wc", "head", "kill", "ps", "cp", "chmod"):
             os.symlink("busybox", os.path.join(path, "bin", tool))
         shutil.copy2(PROBE, os.path.join(path, IN_PROBE.lstrip("/")))
         os.chmod(os.path.join(path, IN_PROBE.lstrip("/")), 0o755)
