@@ -21,7 +21,8 @@
  *     ".", umoci's CVE-2021-29136) is refused the same way.
  *  3. Whiteouts: ".wh.NAME" removes NAME as left by lower layers (not if this layer itself wrote that path);
  *     ".wh..wh..opq" empties its directory of everything this layer did not write, wherever the marker sits in the
- *     tar. Other ".wh..wh.*" (aufs bookkeeping) are ignored. A whiteout of "." or ".." is refused (-EXDEV).
+ *     tar (a marker behind a dangling symlink hides nothing). Other ".wh..wh.*" (aufs bookkeeping) are ignored. A
+ * whiteout of "." or ".." is refused (-EXDEV).
  *  4. The parent is resolved inside the root (missing parents are made 0755 root); whatever exists under the name
  *     is removed unless both are directories (later entries win, as in Docker). Then the entry is created:
  *     regular file (O_CREAT|O_EXCL|O_NOFOLLOW; holes kept), directory, symlink (target stored verbatim: it is only
@@ -382,6 +383,8 @@ static int child_path(const char *parent, const char *name, char *out)
 static int apply_opaque(struct applier *ap, const char *dir)
 {
 	_cleanup_close_ int fd = lbi_open_dir_in_root(ap->rootfd, dir, true, on_parent_created, &ap->written);
+	if (fd == -ENOENT)
+		return 0; /* behind a dangling symlink: nothing below to hide */
 	if (fd < 0)
 		return entry_fail(ap, fd, dir, "opening the opaque directory");
 	int dfd = dup(fd);

@@ -35,6 +35,15 @@ static void usage(FILE *f)
 		   "image root default: " LB_IMAGES_DEFAULT_ROOT " (or $LENSBOX_IMAGE_ROOT)\n");
 }
 
+/* Logs a failed operation with the errno's name as a field, so scripts and tests can tell refusals apart. */
+static void fail(const char *op, const struct lb_error *err)
+{
+	char fields[64];
+	const char *name = err->code ? strerrorname_np(err->code) : NULL;
+	snprintf(fields, sizeof(fields), "errno=%s", name ? name : "EIO");
+	lb_error(fields, "%s: %s", op, err->msg);
+}
+
 static int parse_u64(const char *s, uint64_t *ret)
 {
 	char *end;
@@ -168,7 +177,7 @@ int main(int argc, char **argv)
 	struct lb_images *s = NULL;
 	int r = lb_images_open(root, &limits, &s, &err);
 	if (r < 0) {
-		lb_error(NULL, "%s", err.msg);
+		fail("open", &err);
 		return 1;
 	}
 
@@ -196,7 +205,7 @@ int main(int argc, char **argv)
 		struct lb_image_info *info = NULL;
 		r = lb_image_import(s, file, ref, name, &info, &err);
 		if (r < 0) {
-			lb_error(NULL, "import %s: %s", file, err.msg);
+			fail("import", &err);
 			status = 1;
 			goto done;
 		}
@@ -211,7 +220,7 @@ int main(int argc, char **argv)
 		size_t n = 0;
 		r = lb_image_list(s, &list, &n, &err);
 		if (r < 0) {
-			lb_error(NULL, "ls: %s", err.msg);
+			fail("ls", &err);
 			status = 1;
 			goto done;
 		}
@@ -232,7 +241,7 @@ int main(int argc, char **argv)
 		struct lb_image_info *info = NULL;
 		r = lb_image_inspect(s, argv[optind], &info, &err);
 		if (r < 0) {
-			lb_error(NULL, "inspect: %s", err.msg);
+			fail("inspect", &err);
 			status = 1;
 			goto done;
 		}
@@ -241,14 +250,14 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "tag") && optind + 2 == argc) {
 		r = lb_image_tag(s, argv[optind], argv[optind + 1], &err);
 		if (r < 0) {
-			lb_error(NULL, "tag: %s", err.msg);
+			fail("tag", &err);
 			status = 1;
 		}
 	} else if (!strcmp(cmd, "rm") && optind + 1 == argc) {
 		/* Without the daemon this tool cannot know which sandboxes run: lensboxd's API checks in-use. */
 		r = lb_image_remove(s, argv[optind], NULL, NULL, &err);
 		if (r < 0) {
-			lb_error(NULL, "rm: %s", err.msg);
+			fail("rm", &err);
 			status = 1;
 		}
 	} else {
