@@ -306,6 +306,10 @@ static _Noreturn void c1_main(const struct exec_plan *p)
 	if (setns(p->init_pidfd, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				     CLONE_NEWNET | CLONE_NEWCGROUP) < 0)
 		fail_child(rep, "entering the sandbox's namespaces", errno);
+	/* A cgroup namespace of this run, rooted at the `run` leaf we just joined: the program sees "/" as its
+	 * cgroup, nothing of the host's hierarchy (capable here: we hold the sandbox user namespace's caps). */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		fail_child(rep, "unsharing the cgroup namespace", errno);
 	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
 	if (pid < 0)
 		fail_child(rep, "clone into the sandbox's pid namespace", errno);

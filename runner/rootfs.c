@@ -61,6 +61,9 @@ static const char *const dev_nodes[] = { "null", "zero", "full", "random", "uran
 #define N_DEV_NODES    LB_ARRAY_SIZE(dev_nodes)
 
 struct lb_rootfs_plan {
+	char state[PATH_MAX];	/* the state tmpfs: the child works relative to it */
+	char image[PATH_MAX];	/* the image rootfs (host path), bound at <state>/img */
+	char overlay_opts[128]; /* relative layer paths: mountinfo names no host path */
 	char root[PATH_MAX];
 	char storage_src[PATH_MAX], sandbox[PATH_MAX];
 	char tmp[PATH_MAX], tmp_opts[64];
@@ -139,7 +142,7 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	char skel[PATH_MAX], etc[PATH_MAX], dev[PATH_MAX];
 	snprintf(skel, sizeof(skel), "%s/skel", sb->state_dir);
 	snprintf(etc, sizeof(etc), "%s/etc", skel);
-	snprintf(dev, sizeof(dev), "%s/dev", sb->state_dir);
+	snprintf(dev, sizeof(dev), "%s/devskel", sb->state_dir);
 	const char *sk_dirs[] = { "sandbox", "tmp", "proc", "dev", "etc" };
 	if (mkdir(skel, 0755) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", skel);
@@ -186,21 +189,18 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 
 	if (mkdir(sb->root_mnt, 0755) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", sb->root_mnt);
-	char opts[PATH_MAX * 2 + 128];
-	if ((size_t)snprintf(opts, sizeof(opts), "lowerdir=%s:%s,redirect_dir=nofollow,metacopy=off,xino=off", skel,
-			     spec->rootfs) >= sizeof(opts))
-		return lb_error_setx(err, ENAMETOOLONG, "overlay options too long");
-	/* A read-only overlay (no upper layer) of our skeleton over the image: nosuid,nodev because the image is
-	 * third-party content; redirect_dir=nofollow and metacopy=off so crafted overlay xattrs in the image are
-	 * not followed. */
-	if (mount("overlay", sb->root_mnt, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts) < 0)
-		return lb_error_set(err, errno, "mounting the read-only root overlay at %s", sb->root_mnt);
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/img", sb->state_dir);
+	if (mkdir(img, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", img);
 
 	struct lb_rootfs_plan *p = calloc(1, sizeof(*p));
-	if (!p) {
-		umount2(sb->root_mnt, MNT_DETACH);
+	if (!p)
 		return lb_error_set(err, ENOMEM, "allocating the root plan");
-	}
+	snprintf(p->state, sizeof(p->state), "%s", sb->state_dir);
+	snprintf(p->image, sizeof(p->image), "%s", spec->rootfs);
+	snprintf(p->overlay_opts, sizeof(p->overlay_opts),
+		 "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off");
 	const char *R = sb->root_mnt;
 	snprintf(p->root, sizeof(p->root), "%s", R);
 	snprintf(p->storage_src, sizeof(p->storage_src), "%s", sb->storage_mnt);
@@ -272,9 +272,14 @@ int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
 	/* Everything below happens in our own mount namespace (owned by the sandbox's user namespace): nothing
 	 * propagates back to the host once every mount is private. */
 	STEP("making mounts private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
-	/* The overlay came from the host's namespace, so it is locked here and pivot_root() refuses a locked new
-	 * root: bind it onto itself to get a mount of our own (its read-only, nosuid, nodev flags stay, locked). */
-	STEP("binding the new root", mount(p->root, p->root, NULL, MS_BIND, NULL));
+	/* The image and the skeleton become one read-only overlay (no upper layer), mounted here in our own
+	 * namespace with layer paths relative to the state tmpfs, so /proc/self/mountinfo names no host directory.
+	 * nosuid,nodev because the image is third-party content; redirect_dir=nofollow and metacopy=off so crafted
+	 * overlay xattrs in the image are not followed. */
+	STEP("entering the state directory", chdir(p->state));
+	STEP("binding the image", mount(p->image, "img", NULL, MS_BIND | MS_REC, NULL));
+	STEP("mounting the root overlay",
+	     mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, p->overlay_opts));
 	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
 	STEP("mounting /sandbox", mount(p->storage_src, p->sandbox, NULL, MS_BIND, NULL));
 	STEP("mounting /tmp", mount("tmpfs", p->tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts));
@@ -330,25 +335,20 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
 {
 	char path[PATH_MAX];
 	int first = 0;
-	snprintf(path, sizeof(path), "%s/root", state_dir);
-	if (umount2(path, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
-		if (umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL)
-			first = lb_error_set(err, errno, "unmounting %s", path);
-	}
 	if (umount2(state_dir, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
 		if (umount2(state_dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && first == 0)
 			first = lb_error_set(err, errno, "unmounting %s", state_dir);
 	}
 	/* Remove exactly what lb_rootfs_prepare() made (only there if the tmpfs was not); anything else left there
 	 * is a bug worth seeing. */
-	static const char *const files[] = {
-		"skel/etc/passwd", "skel/etc/group", "skel/etc/hosts", "skel/etc/hostname", "skel/etc/resolv.conf",
-		"dev/null",	   "dev/zero",	     "dev/full",       "dev/random",	    "dev/urandom",
-		"dev/tty",	   "dev/fd",	     "dev/stdin",      "dev/stdout",	    "dev/stderr",
-		"dev/ptmx"
-	};
-	static const char *const dirs[] = { "skel/etc", "skel/sandbox", "skel/tmp", "skel/proc", "skel/dev",
-					    "skel",	"dev/pts",	"dev/shm",  "dev",	 "root" };
+	static const char *const files[] = { "skel/etc/passwd",	  "skel/etc/group",	  "skel/etc/hosts",
+					     "skel/etc/hostname", "skel/etc/resolv.conf", "devskel/null",
+					     "devskel/zero",	  "devskel/full",	  "devskel/random",
+					     "devskel/urandom",	  "devskel/tty",	  "devskel/fd",
+					     "devskel/stdin",	  "devskel/stdout",	  "devskel/stderr",
+					     "devskel/ptmx" };
+	static const char *const dirs[] = { "skel/etc",	   "skel/sandbox", "skel/tmp", "skel/proc", "skel/dev", "skel",
+					    "devskel/pts", "devskel/shm",  "devskel",  "root",	    "img" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
 		snprintf(path, sizeof(path), "%s/%s", state_dir, files[i]);
 		(void)unlink(path);
