@@ -58,10 +58,10 @@ def prepare_images_dir(root):
 
 
 class Daemon:
-    def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None):
+    def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None, dir_mode=0o700):
         assert os.path.isfile(LENSBOXD), f"{LENSBOXD} was not built (cmake --build the lensboxd target)"
         self.dir = keep_dirs or tempfile.mkdtemp(prefix="lbd-")
-        os.chmod(self.dir, 0o700)
+        os.chmod(self.dir, dir_mode)
         self.socket = os.path.join(self.dir, "sock", "lensboxd.sock")
         self.state = os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
