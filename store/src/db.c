@@ -13,6 +13,7 @@
  *   meta(key TEXT PRIMARY KEY, value INTEGER)                     'next_uid': where uid allocation resumes
  *   sandboxes(name PK, spec columns, image_digest, host_uid UNIQUE, host_gid, state, times, runs)
  *   runs(id PK, sandbox, language, started_at_ms, ... the ledger)
+ *   run_stats(language, outcome, bucket PK, runs, duration_sum_ms, oom_kills, timeouts)   counters for metrics
  *
  * MIGRATIONS[i] takes the database from version i to i+1. lb_store_open() reads the highest applied version and
  * applies the rest in order, each in its own BEGIN IMMEDIATE transaction together with its schema_version row, so a
@@ -83,6 +84,30 @@ static const char *const MIGRATIONS[] = {
 	"CREATE INDEX runs_by_sandbox ON runs (sandbox, started_at_ms DESC, id DESC);"
 	"CREATE INDEX runs_by_time ON runs (started_at_ms DESC, id DESC);"
 	"CREATE INDEX sandboxes_by_use ON sandboxes (last_used_at_ms);",
+	/* 2 -> 3: run figures kept as counters, so /metrics and /v1/health read ~150 rows instead of scanning the
+	 * ledger under the store lock. Indexes are enum lb_run_language, enum lb_run_outcome and the bucket of
+	 * lb_store_duration_bounds_ms (the CASEs below mirror them; changing either means a new migration that
+	 * rebuilds this table). Counters only grow: pruning the ledger leaves them alone. */
+	"CREATE TABLE run_stats ("
+	"  language INTEGER NOT NULL,"
+	"  outcome INTEGER NOT NULL,"
+	"  bucket INTEGER NOT NULL,"
+	"  runs INTEGER NOT NULL,"
+	"  duration_sum_ms INTEGER NOT NULL,"
+	"  oom_kills INTEGER NOT NULL,"
+	"  timeouts INTEGER NOT NULL,"
+	"  PRIMARY KEY (language, outcome, bucket)"
+	");"
+	"INSERT INTO run_stats SELECT"
+	"  CASE language WHEN 'python' THEN 0 WHEN 'bash' THEN 1 ELSE 2 END,"
+	"  CASE WHEN timed_out THEN 0 WHEN oom_killed THEN 1 WHEN exit_code IS NULL THEN 2"
+	"       WHEN exit_code <> 0 THEN 3 ELSE 4 END,"
+	"  CASE WHEN duration_ms <= 10 THEN 0 WHEN duration_ms <= 50 THEN 1 WHEN duration_ms <= 100 THEN 2"
+	"       WHEN duration_ms <= 250 THEN 3 WHEN duration_ms <= 500 THEN 4 WHEN duration_ms <= 1000 THEN 5"
+	"       WHEN duration_ms <= 2500 THEN 6 WHEN duration_ms <= 10000 THEN 7 WHEN duration_ms <= 60000 THEN 8"
+	"       ELSE 9 END,"
+	"  COUNT(*), SUM(duration_ms), SUM(oom_killed != 0), SUM(timed_out != 0)"
+	"  FROM runs GROUP BY 1, 2, 3;",
 };
 
 int lb_store_schema_latest(void)

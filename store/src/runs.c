@@ -160,6 +160,48 @@ static int check_run(const struct lb_store_run *run, struct lb_error *err)
 	return 0;
 }
 
+static enum lb_run_language language_of(const char *language)
+{
+	if (strcmp(language, "python") == 0)
+		return LB_LANG_PYTHON;
+	if (strcmp(language, "bash") == 0)
+		return LB_LANG_BASH;
+	return LB_LANG_OTHER;
+}
+
+static int bucket_of(uint64_t duration_ms)
+{
+	int b = 0;
+	while (b < LB_STORE_DURATION_BUCKETS - 1 && duration_ms > lb_store_duration_bounds_ms[b])
+		b++;
+	return b;
+}
+
+/* Adds the run to the run_stats counters (inside the caller's transaction). */
+static int count_run_unlocked(struct lb_store *s, const struct lb_store_run *run, struct lb_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r = store_prepare(
+	    s,
+	    "INSERT INTO run_stats (language, outcome, bucket, runs, duration_sum_ms, oom_kills, timeouts) "
+	    "VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6) ON CONFLICT (language, outcome, bucket) DO UPDATE SET "
+	    "runs = runs + 1, duration_sum_ms = duration_sum_ms + excluded.duration_sum_ms, "
+	    "oom_kills = oom_kills + excluded.oom_kills, timeouts = timeouts + excluded.timeouts",
+	    &st, err);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int(st, 1, (int)language_of(run->language));
+	sqlite3_bind_int(st, 2, (int)lb_run_outcome_of(run));
+	sqlite3_bind_int(st, 3, bucket_of(run->duration_ms));
+	sqlite3_bind_int64(st, 4, (sqlite3_int64)run->duration_ms);
+	sqlite3_bind_int(st, 5, run->oom_killed ? 1 : 0);
+	sqlite3_bind_int(st, 6, run->timed_out ? 1 : 0);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		return store_fail(s, rc, err, "counting a run for metrics");
+	return 0;
+}
+
 static int insert_run_unlocked(struct lb_store *s, const struct lb_store_run *run, struct lb_error *err)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -194,6 +236,10 @@ static int insert_run_unlocked(struct lb_store *s, const struct lb_store_run *ru
 		return lb_error_setx(err, EEXIST, "recording a run: run %s is already in the ledger", run->id);
 	if (rc != SQLITE_DONE)
 		return store_fail(s, rc, err, "recording a run");
+
+	r = count_run_unlocked(s, run, err);
+	if (r < 0)
+		return r;
 
 	_cleanup_stmt_ sqlite3_stmt *count = NULL;
 	r = store_prepare(s, "UPDATE sandboxes SET runs = runs + 1 WHERE name = ?", &count, err);
@@ -320,60 +366,27 @@ static int counts_unlocked(struct lb_store *s, struct lb_store_counts *c, struct
 		if (rc != SQLITE_DONE)
 			return store_fail(s, rc, err, "counting sandboxes");
 	}
-	{
-		/* The CASE mirrors lb_run_outcome_of() and enum lb_run_language. */
-		_cleanup_stmt_ sqlite3_stmt *st = NULL;
-		int r =
-		    store_prepare(s,
-				  "SELECT CASE language WHEN 'python' THEN 0 WHEN 'bash' THEN 1 ELSE 2 END AS l,"
-				  "  CASE WHEN timed_out THEN 0 WHEN oom_killed THEN 1 WHEN exit_code IS NULL THEN 2"
-				  "       WHEN exit_code <> 0 THEN 3 ELSE 4 END AS o,"
-				  "  COUNT(*) FROM runs GROUP BY l, o",
-				  &st, err);
-		if (r < 0)
-			return r;
-		int rc;
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-			int l = sqlite3_column_int(st, 0), o = sqlite3_column_int(st, 1);
-			if (l >= 0 && l < LB_LANG_COUNT && o >= 0 && o < LB_RUN_OUTCOME_COUNT)
-				c->runs[l][o] += (uint64_t)sqlite3_column_int64(st, 2);
-		}
-		if (rc != SQLITE_DONE)
-			return store_fail(s, rc, err, "counting runs");
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r = store_prepare(
+	    s, "SELECT language, outcome, bucket, runs, duration_sum_ms, oom_kills, timeouts FROM run_stats", &st, err);
+	if (r < 0)
+		return r;
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int l = sqlite3_column_int(st, 0), o = sqlite3_column_int(st, 1), b = sqlite3_column_int(st, 2);
+		uint64_t n = (uint64_t)sqlite3_column_int64(st, 3);
+		if (l < 0 || l >= LB_LANG_COUNT || o < 0 || o >= LB_RUN_OUTCOME_COUNT || b < 0 ||
+		    b >= LB_STORE_DURATION_BUCKETS)
+			continue; /* written by a newer layout; never by this one */
+		c->runs[l][o] += n;
+		c->duration_buckets[b] += n;
+		c->runs_total += n;
+		c->duration_sum_ms += (uint64_t)sqlite3_column_int64(st, 4);
+		c->oom_kills += (uint64_t)sqlite3_column_int64(st, 5);
+		c->timeouts += (uint64_t)sqlite3_column_int64(st, 6);
 	}
-	{
-		/* One pass: totals and the cumulative count at each bucket bound, turned into per-bucket counts below.
-		 */
-		char sql[1024];
-		size_t used =
-		    (size_t)snprintf(sql, sizeof(sql),
-				     "SELECT COUNT(*), COALESCE(SUM(duration_ms), 0), COALESCE(SUM(oom_killed), 0), "
-				     "COALESCE(SUM(timed_out), 0)");
-		for (int i = 0; i < LB_STORE_DURATION_BUCKETS - 1; i++)
-			used += (size_t)snprintf(sql + used, sizeof(sql) - used,
-						 ", COALESCE(SUM(duration_ms <= ?%d), 0)", i + 1);
-		snprintf(sql + used, sizeof(sql) - used, " FROM runs");
-		_cleanup_stmt_ sqlite3_stmt *st = NULL;
-		int r = store_prepare(s, sql, &st, err);
-		if (r < 0)
-			return r;
-		for (int i = 0; i < LB_STORE_DURATION_BUCKETS - 1; i++)
-			sqlite3_bind_int64(st, i + 1, (sqlite3_int64)lb_store_duration_bounds_ms[i]);
-		int rc = sqlite3_step(st);
-		if (rc != SQLITE_ROW)
-			return store_fail(s, rc, err, "summing runs");
-		c->runs_total = (uint64_t)sqlite3_column_int64(st, 0);
-		c->duration_sum_ms = (uint64_t)sqlite3_column_int64(st, 1);
-		c->oom_kills = (uint64_t)sqlite3_column_int64(st, 2);
-		c->timeouts = (uint64_t)sqlite3_column_int64(st, 3);
-		uint64_t below = 0;
-		for (int i = 0; i < LB_STORE_DURATION_BUCKETS - 1; i++) {
-			uint64_t cum = (uint64_t)sqlite3_column_int64(st, 4 + i);
-			c->duration_buckets[i] = cum - below;
-			below = cum;
-		}
-		c->duration_buckets[LB_STORE_DURATION_BUCKETS - 1] = c->runs_total - below;
-	}
+	if (rc != SQLITE_DONE)
+		return store_fail(s, rc, err, "reading the run counters");
 	return 0;
 }
 

@@ -130,8 +130,9 @@ const char *lb_run_language_name(enum lb_run_language l); /* "python", "bash", "
 #define LB_STORE_DURATION_BUCKETS 10
 extern const uint64_t lb_store_duration_bounds_ms[LB_STORE_DURATION_BUCKETS - 1];
 
-/* Everything /metrics and /v1/health read from the store, in one consistent snapshot. Run figures cover the
- * whole ledger (they survive restarts). */
+/* Everything /metrics and /v1/health read from the store, in one consistent snapshot. Run figures are counters
+ * kept beside the ledger and updated with each insert: they cover every run ever recorded, survive restarts, never
+ * decrease (lb_store_runs_prune() leaves them alone), and cost the same to read however long the ledger is. */
 struct lb_store_counts {
 	uint64_t sandboxes_running;
 	uint64_t sandboxes_stopped;
@@ -243,7 +244,8 @@ int lb_store_run_get(struct lb_store *s, const char *id, struct lb_store_run *re
 int lb_store_runs_list(struct lb_store *s, const char *sandbox, size_t limit, struct lb_store_run **ret_list,
 		       size_t *ret_n, struct lb_error *err);
 
-/* Deletes ledger rows that started before before_ms. *ret_deleted may be NULL. */
+/* Deletes ledger rows that started before before_ms (the run counters of lb_store_counts() keep them).
+ * *ret_deleted may be NULL. */
 int lb_store_runs_prune(struct lb_store *s, int64_t before_ms, uint64_t *ret_deleted, struct lb_error *err);
 
 /* ---- figures ---- */

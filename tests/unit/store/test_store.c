@@ -640,6 +640,52 @@ static void counts(void **state)
 	assert_string_equal(lb_run_language_name(LB_LANG_BASH), "bash");
 }
 
+static void counts_survive_prune_and_remigration(void **state)
+{
+	struct fixture *f = *state;
+	/* durations on and around every bucket bound, every outcome, three languages */
+	const uint64_t durations[] = { 0,   10,	  11,	50,   51,    100,   250,   251,
+				       500, 1000, 2500, 2501, 10000, 60000, 60001, 1u << 30 };
+	const char *langs[] = { "python", "bash", "perl" };
+	int64_t t = 1000;
+	for (size_t i = 0; i < sizeof(durations) / sizeof(durations[0]); i++) {
+		struct lb_store_run r = run_of("x", t++, (int)(i % 3));
+		r.duration_ms = durations[i];
+		snprintf(r.language, sizeof(r.language), "%s", langs[i % 3]);
+		r.timed_out = i % 5 == 0;
+		r.oom_killed = i % 4 == 0;
+		r.exited = i % 7 != 0;
+		assert_int_equal(lb_store_run_insert(f->s, &r, NULL), 0);
+	}
+	struct lb_store_counts before;
+	assert_int_equal(lb_store_counts(f->s, &before, NULL), 0);
+	assert_int_equal(before.runs_total, 16);
+	const uint64_t want[LB_STORE_DURATION_BUCKETS] = { 2, 2, 2, 1, 2, 1, 1, 2, 1, 2 }; /* bounds are inclusive */
+	for (int b = 0; b < LB_STORE_DURATION_BUCKETS; b++)
+		assert_int_equal(before.duration_buckets[b], want[b]);
+
+	/* a migration that rebuilds the counters from the ledger (2 -> 3) agrees with the counting done at insert */
+	lb_store_close(f->s);
+	f->s = NULL;
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+	assert_int_equal(
+	    sqlite3_exec(db, "DROP TABLE run_stats; DELETE FROM schema_version WHERE version = 3", NULL, NULL, NULL),
+	    SQLITE_OK);
+	sqlite3_close(db);
+	assert_int_equal(open_store(f, 200000, 8), 0);
+	struct lb_store_counts after;
+	assert_int_equal(lb_store_counts(f->s, &after, NULL), 0);
+	assert_memory_equal(&before, &after, sizeof(before));
+
+	/* pruning the ledger never lowers a counter */
+	uint64_t deleted = 0;
+	assert_int_equal(lb_store_runs_prune(f->s, INT64_MAX, &deleted, NULL), 0);
+	assert_int_equal(deleted, 16);
+	assert_int_equal(lb_store_counts(f->s, &after, NULL), 0);
+	assert_memory_equal(&before, &after, sizeof(before));
+}
+
 /* ---- threads ---- */
 
 #define THREADS	   4
@@ -736,6 +782,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(ledger_order_and_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(run_fields_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(counts, setup, teardown),
+		cmocka_unit_test_setup_teardown(counts_survive_prune_and_remigration, setup, teardown),
 		cmocka_unit_test_setup_teardown(threads_share_one_store, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
