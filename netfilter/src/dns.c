@@ -73,6 +73,8 @@ static int read_name(const uint8_t *buf, size_t len, size_t *off, bool allow_ptr
 			out[outlen++] = '.';
 		for (size_t i = 0; i < l; i++) {
 			char c = (char)buf[pos + 1 + i];
+			if (c == '\0' || c == '.')
+				return -EBADMSG; /* "pypi.org" as one label, or a NUL cutting the name short */
 			if (c >= 'A' && c <= 'Z')
 				c = (char)(c - 'A' + 'a');
 			out[outlen++] = c;

@@ -183,6 +183,7 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		return lb_error_set(err, ENOMEM, "allocating the network context");
 	pthread_mutex_init(&ctx->lock, NULL);
 	int r;
+	_cleanup_free_ char *denied = NULL, *names = NULL;
 	ctx->policy_dir = strdup(cfg->policy_dir);
 	if (!ctx->policy_dir) {
 		r = lb_error_set(err, ENOMEM, "copying the policy path");
@@ -220,7 +221,6 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		goto fail;
 	}
 
-	_cleanup_free_ char *denied = NULL, *names = NULL;
 	r = read_policy_file(cfg->policy_dir, "denied.list", &denied, err);
 	if (r < 0)
 		goto fail;

@@ -1,0 +1,165 @@
+/* Unit tests for netfilter/src/lists.c and the shipped policy/network lists: what every tier denies, by address. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <cmocka.h>
+
+#include "lb/fileio.h"
+#include "lb/netparse.h"
+
+static struct lb_cidr_list shipped;
+
+static int load(void **state)
+{
+	(void)state;
+	char *text;
+	size_t len;
+	if (lb_read_file_at(AT_FDCWD, LENSBOX_SOURCE_DIR "/policy/network/denied.list", 1 << 20, &text, &len) < 0)
+		return -1;
+	struct lb_error err;
+	int r = lb_cidr_list_parse(text, &shipped, &err);
+	free(text);
+	return r;
+}
+
+static int unload(void **state)
+{
+	(void)state;
+	lb_cidr_list_free(&shipped);
+	return 0;
+}
+
+static bool denied(const char *s)
+{
+	uint8_t a[16];
+	if (inet_pton(AF_INET, s, a) == 1)
+		return lb_cidr_list_contains(&shipped, AF_INET, a);
+	assert_int_equal(inet_pton(AF_INET6, s, a), 1);
+	return lb_cidr_list_contains(&shipped, AF_INET6, a);
+}
+
+static void shipped_denied_list(void **state)
+{
+	(void)state;
+	/* one address inside each range the issue lists */
+	const char *inside[] = {
+		"0.1.2.3",
+		"10.200.3.4",
+		"100.64.0.1",
+		"100.127.255.254",
+		"127.0.0.53",
+		"169.254.169.254",
+		"172.16.0.1",
+		"172.31.255.255",
+		"192.0.0.8",
+		"192.0.2.1",
+		"192.88.99.1",
+		"192.168.1.1",
+		"198.18.0.1",
+		"198.19.255.255",
+		"198.51.100.7",
+		"203.0.113.9",
+		"224.0.0.251",
+		"239.255.255.250",
+		"240.0.0.1",
+		"255.255.255.255",
+		"168.63.129.16",
+		"::1",
+		"::",
+		"::ffff:10.0.0.1",
+		"64:ff9b::a9fe:a9fe",
+		"fc00::1",
+		"fd12::1",
+		"fe80::1",
+		"ff02::1",
+		"2001::1",
+		"2001:1ff::1",
+		"2001:db8::1",
+		"2002:a00:1::1",
+		"3fff::1",
+		"3fff:fff::1",
+		"4000::1",
+		"8000::1",
+	};
+	for (size_t i = 0; i < sizeof(inside) / sizeof(inside[0]); i++) {
+		if (!denied(inside[i]))
+			fail_msg("%s should be denied", inside[i]);
+	}
+	/* and the edges just outside them, plus public addresses, are not */
+	const char *outside[] = {
+		"1.1.1.1",	 "9.255.255.255",   "11.0.0.0",	   "100.63.255.255", "100.128.0.0", "126.255.255.255",
+		"128.0.0.0",	 "169.253.255.255", "169.255.0.0", "172.15.255.255", "172.32.0.0",  "192.0.1.0",
+		"192.88.98.255", "192.167.255.255", "192.169.0.0", "198.17.255.255", "198.20.0.0",  "223.255.255.255",
+		"168.63.129.17", "2606:4700::1",    "2001:200::1", "2a00::1",	     "3ffe::1",	    "3fff:1000::1",
+	};
+	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+		if (denied(outside[i]))
+			fail_msg("%s should not be denied", outside[i]);
+	}
+}
+
+static void cidr_parsing(void **state)
+{
+	(void)state;
+	struct lb_cidr c;
+	assert_int_equal(lb_cidr_parse("10.0.0.0/8", &c), 0);
+	assert_int_equal(c.prefix, 8);
+	assert_int_equal(lb_cidr_parse("10.0.0.1/8", &c), -EINVAL); /* host bits set */
+	assert_int_equal(lb_cidr_parse("10.0.0.0/33", &c), -EINVAL);
+	assert_int_equal(lb_cidr_parse("10.0.0.0/", &c), -EINVAL);
+	assert_int_equal(lb_cidr_parse("10.0.0.0/8x", &c), -EINVAL);
+	assert_int_equal(lb_cidr_parse("10.0.0/8", &c), -EINVAL);
+	assert_int_equal(lb_cidr_parse("2001:db8::/129", &c), -EINVAL);
+	assert_int_equal(lb_cidr_parse("2001:db8::/32", &c), 0);
+	assert_int_equal(lb_cidr_parse("1.2.3.4", &c), 0);
+	assert_int_equal(c.prefix, 32);
+	struct lb_cidr_list l;
+	struct lb_error err;
+	assert_int_equal(lb_cidr_list_parse("# c\n1.0.0.0/8 # x\n\n2.0.0.0/8 3.0.0.0/8\n", &l, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "line 4"));
+}
+
+static void names(void **state)
+{
+	(void)state;
+	char *text;
+	size_t len;
+	assert_int_equal(
+	    lb_read_file_at(AT_FDCWD, LENSBOX_SOURCE_DIR "/policy/network/packages.list", 1 << 20, &text, &len), 0);
+	struct lb_name_list l;
+	struct lb_error err;
+	assert_int_equal(lb_name_list_parse(text, &l, &err), 0);
+	free(text);
+	assert_int_equal(l.n, 2);
+	assert_true(lb_name_list_contains(&l, "PYPI.org", 8));
+	assert_true(lb_name_list_contains(&l, "files.pythonhosted.org", 22));
+	assert_false(lb_name_list_contains(&l, "evil.pypi.org", 13)); /* no subdomains */
+	assert_false(lb_name_list_contains(&l, "pypi.org.evil", 13));
+	assert_false(lb_name_list_contains(&l, "pypi.or", 7));
+	assert_int_equal(lb_name_list_add(&l, "bad name"), -EINVAL);
+	assert_int_equal(lb_name_list_add(&l, "-x.org"), -EINVAL);
+	assert_int_equal(lb_name_list_add(&l, "a..b"), -EINVAL);
+	assert_int_equal(lb_name_list_add(&l, "Mirror.Example"), 0);
+	assert_true(lb_name_list_contains(&l, "mirror.example", 14));
+	lb_name_list_free(&l);
+	assert_false(lb_hostname_valid("a.b-", 4));
+	char big[300];
+	memset(big, 'a', sizeof(big));
+	assert_false(lb_hostname_valid(big, 254));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(shipped_denied_list),
+		cmocka_unit_test(cidr_parsing),
+		cmocka_unit_test(names),
+	};
+	return cmocka_run_group_tests(tests, load, unload);
+}
