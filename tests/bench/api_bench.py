@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Benchmark (not a test): `print(1)` through lensboxd's API against bare `python3 -c 'print(1)'` on the host, in
+one run, printing the ratios.
+
+    LENSBOX_BUILD_DIR=build /usr/bin/python3 tests/bench/api_bench.py [--rounds N]
+
+Three figures, each the median of N rounds, measured from this process (wall clock, time.perf_counter):
+  bare      subprocess.run(["/usr/bin/python3", "-c", "print(1)"]) on the host
+  existing  POST /v1/sandboxes/{name}/runs with print(1) in a sandbox that is already running
+  new       the first run in a sandbox that does not exist yet (created, storage made, started, run)
+Targets (issue 4): existing <= 1.1x bare, new <= 1.3x bare. Runs as root against a private lensboxd.
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+
+
+class Conn(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("lensbox", timeout=120)
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.path_)
+
+
+def api_run(sock, name, body):
+    c = Conn(sock)
+    c.request("POST", f"/v1/sandboxes/{name}/runs", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    out = json.loads(data)
+    if r.status != 200 or out.get("stdout") != "1\n":
+        raise SystemExit(f"run failed: {r.status} {out}")
+    return out
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    body = json.dumps({"language": "python", "source": "print(1)"})
+    with Daemon(settings={"max_running": "64", "log_level": "warn"}) as d:
+        def bare():
+            p = subprocess.run(["/usr/bin/python3", "-c", "print(1)"], capture_output=True)
+            assert p.stdout == b"1\n"
+
+        existing_name = d.name("bench")
+        api_run(d.socket, existing_name, body)  # created and started: later runs find it running
+        for _ in range(3):  # warm caches on both sides
+            bare()
+            api_run(d.socket, existing_name, body)
+        bare_ms, existing_ms, new_ms, inside_ms = [], [], [], []
+        for i in range(args.rounds):
+            # interleaved so that any drift of the machine hits all three alike
+            bare_ms.append(timed(bare))
+            existing_ms.append(timed(lambda: inside_ms.append(api_run(d.socket, existing_name, body)["duration_ms"])))
+            fresh = d.name(f"new{i}")
+            new_ms.append(timed(lambda: api_run(d.socket, fresh, body)))
+            d.request("DELETE", f"/v1/sandboxes/{fresh}")  # not timed
+        b, e, n = statistics.median(bare_ms), statistics.median(existing_ms), statistics.median(new_ms)
+        print(f"rounds: {args.rounds} (medians; wall clock seen by the client)")
+        print(f"bare python3 -c 'print(1)' on the host : {b:7.1f} ms")
+        print(f"API run, existing sandbox              : {e:7.1f} ms   ratio {e / b:4.2f}x (target <= 1.10x)")
+        print(f"API run, new sandbox (first run)       : {n:7.1f} ms   ratio {n / b:4.2f}x (target <= 1.30x)")
+        print(f"  of which the program itself (duration_ms, existing): {statistics.median(inside_ms):.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
