@@ -79,6 +79,13 @@ static void own_v2_cgroup(char *buf, size_t size)
 	}
 }
 
+/* systemd marks a cgroup it delegated (Delegate=yes) with the trusted.delegate xattr ("1"). */
+static bool is_delegated(const char *path)
+{
+	char val[8] = "";
+	return getxattr(path, "trusted.delegate", val, sizeof(val) - 1) > 0 && val[0] == '1';
+}
+
 int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 {
 	memset(host, 0, sizeof(*host));
@@ -116,12 +123,14 @@ int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 			host->version = LB_CGROUP_V2;
 			char own[PATH_MAX];
 			own_v2_cgroup(own, sizeof(own));
-			/* systemd marks a cgroup it delegated (Delegate=yes) with the trusted.delegate xattr. */
+			/* Once we moved ourselves into <delegated>/daemon (cgroup_v2.c), our cgroup is that leaf: the
+			 * delegated cgroup is its parent. */
+			size_t ol = strlen(own);
 			char ownpath[PATH_MAX * 2];
 			snprintf(ownpath, sizeof(ownpath), "%s%s", host->v2_mount, own);
-			char val[8] = "";
-			if (own[0] && strcmp(own, "/") != 0 &&
-			    getxattr(ownpath, "trusted.delegate", val, sizeof(val) - 1) > 0 && val[0] == '1') {
+			if (ol > 7 && strcmp(own + ol - 7, "/daemon") == 0 && !is_delegated(ownpath))
+				ownpath[strlen(ownpath) - 7] = '\0';
+			if (own[0] && strcmp(own, "/") != 0 && is_delegated(ownpath)) {
 				host->v2_delegated = true;
 				snprintf(host->v2_base, sizeof(host->v2_base), "%s/sandboxes", ownpath);
 			} else {
@@ -200,6 +209,16 @@ int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds,
 	}
 	*ret_n = n;
 	return 0;
+}
+
+int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
+{
+	if (cg->version != LB_CGROUP_V2)
+		return -EOPNOTSUPP;
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", cg->dirs[0], lb_cg_leaf_name(leaf));
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
 }
 
 int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)

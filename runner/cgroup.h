@@ -72,6 +72,10 @@ int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup
  * fds must hold LB_CG_MAX_DIRS entries; *ret_n is set to how many were opened. */
 int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err);
 
+/* v2 only: an O_DIRECTORY fd of a leaf for clone3(CLONE_INTO_CGROUP), which starts a child directly in it (no
+ * migration, no wait on cgroup_threadgroup_rwsem). -EOPNOTSUPP on v1, where the child writes cgroup.procs. */
+int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
+
 /* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty. */
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
 

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/sched.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <poll.h>
@@ -45,6 +46,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL /* Linux 5.7 */
+#endif
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
@@ -416,7 +420,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		goto out;
 	if ((r = build_candidates(p.argv[0], p.envp, &p.candidates, err)) < 0)
 		goto out;
-	if ((r = lb_cg_open_procs(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
+	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_procs(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
 		goto out;
 	if ((r = lb_capture_init(&cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
 	    (r = lb_capture_init(&cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0) {
@@ -438,15 +442,28 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	lb_cg_begin_run(sb->cg, &before);
 	uint64_t t0 = now_ms();
 
-	c1 = fork();
-	if (c1 < 0) {
-		r = lb_error_set(err, errno, "exec: fork");
-		goto out;
+	/* clone3 without a stack behaves like fork() (C1 uses raw syscalls only); the pidfd comes with it. On v2 C1
+	 * is born in the `run` leaf; on v1 it joins it by writing cgroup.procs. */
+	struct clone_args ca;
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = CLONE_PIDFD;
+	ca.pidfd = (uint64_t)(uintptr_t)&c1_pidfd;
+	ca.exit_signal = SIGCHLD;
+	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_RUN);
+	if (leaf_fd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
+	c1 = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
 	if (c1 == 0)
 		c1_main(&p);
-	/* Our own child: its pid cannot be recycled before we reap it, so the pidfd names it. */
-	c1_pidfd = (int)syscall(SYS_pidfd_open, c1, 0);
+	int e = errno;
+	if (leaf_fd >= 0)
+		close(leaf_fd);
+	if (c1 < 0) {
+		r = lb_error_set(err, e, "exec: clone3");
+		goto out;
+	}
 	close(out[1]);
 	out[1] = -1;
 	close(errp[1]);

@@ -43,6 +43,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Linux 5.7; the uapi headers here have it, older ones may not. */
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
@@ -406,8 +410,19 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_PIDFD;
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = SIGCHLD;
+	/* v2: born in the `init` leaf. v1: moved there below, before it is released. */
+	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_INIT);
+	if (leaf_fd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
+	}
 	/* clone3 without a stack behaves like fork(): the child runs init_main() on a copy of this stack. */
 	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+	if (leaf_fd >= 0) {
+		int e = errno;
+		close(leaf_fd);
+		errno = e;
+	}
 	if (pid < 0) {
 		r = lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
 		goto fail;
@@ -431,7 +446,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	snprintf(map, sizeof(map), "%u %u 1\n", sb->gid, (unsigned)spec->host_gid);
 	if ((r = write_proc(pid, "gid_map", map, err)) < 0)
 		goto fail;
-	{
+	if (!(ca.flags & CLONE_INTO_CGROUP)) {
 		int fds[LB_CG_MAX_DIRS];
 		size_t nfds = 0;
 		if ((r = lb_cg_open_procs(sb->cg, LB_CG_INIT, fds, &nfds, err)) < 0)
