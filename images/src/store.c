@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -90,6 +91,31 @@ const char *lb_images_root(const struct lb_images *s)
 	return s->root;
 }
 
+/* Removes tmp/<kind>-<pid>-XXXXXX directories whose process is gone (a crashed import or removal). A live
+ * process's directory is never touched; a recycled pid only delays the cleanup. */
+static void remove_stale_tmp(struct lb_images *s)
+{
+	_cleanup_close_ int tfd = openat(s->rootfd, "tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (tfd < 0)
+		return;
+	DIR *d = fdopendir(dup(tfd));
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		const char *dash = strchr(de->d_name, '-');
+		if (!dash || de->d_name[0] == '.')
+			continue;
+		char *end;
+		long pid = strtol(dash + 1, &end, 10);
+		if (pid <= 0 || *end != '-' || pid > INT32_MAX)
+			continue;
+		if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+			(void)lbi_remove_at(tfd, de->d_name);
+	}
+	closedir(d);
+}
+
 int lb_images_open(const char *root, const struct lb_image_limits *limits, struct lb_images **ret, struct lb_error *err)
 {
 	if (!root || root[0] != '/')
@@ -118,6 +144,7 @@ int lb_images_open(const char *root, const struct lb_image_limits *limits, struc
 			return lb_error_set(err, r, "creating %s/%s", root, subdirs[i]);
 		}
 	}
+	remove_stale_tmp(s);
 	if (limits)
 		s->limits = *limits;
 	else
@@ -398,7 +425,7 @@ static bool has_program(int treefd, char *const *env, const char *prog)
 static int make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err)
 {
 	char path[PATH_MAX];
-	if (snprintf(path, sizeof(path), "%s/tmp/%s-XXXXXX", s->root, prefix) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/tmp/%s-%d-XXXXXX", s->root, prefix, (int)getpid()) >= (int)sizeof(path))
 		return lb_error_setx(err, ENAMETOOLONG, "image root path too long");
 	if (!mkdtemp(path))
 		return lb_error_set(err, errno, "creating a temporary directory under %s/tmp", s->root);

@@ -2,7 +2,8 @@
 
 default_image_archive() builds the recipe if it is not cached (about a minute cold, instant cached) and returns the
 OCI archive path; default_rootfs() returns an unpacked root directory of it (owned by root, world-readable, setuid
-bits stripped). Both run as root, as every lensbox test does. Standard library only.
+bits stripped: through lensbox-image when the build has it, see the recipe's --rootfs); import_default_image(root)
+imports it into an image store of the test's own, as lensboxd reads them. All run as root. Standard library only.
 """
 
 import functools
@@ -30,3 +31,23 @@ def default_image_archive():
 def default_rootfs():
     """Path of an unpacked root filesystem of the default image (shared, cached: treat it as read-only)."""
     return _recipe("--rootfs")
+
+
+def lensbox_image_tool():
+    """The built lensbox-image (from LENSBOX_BUILD_DIR)."""
+    tool = os.path.join(os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build")), "images",
+                        "lensbox-image")
+    if not os.access(tool, os.X_OK):
+        raise RuntimeError(f"{tool} is not built (cmake --build the lensbox-image target)")
+    return tool
+
+
+def import_default_image(store_root, name="python:3.12-slim"):
+    """Imports the default image into the image store at store_root (created if needed) under name, the way
+    lensboxd finds images (lb_images). Returns (config_digest, rootfs). Instant when that store already has it."""
+    proc = subprocess.run([lensbox_image_tool(), "--root", str(store_root), "import", default_image_archive(),
+                           "--name", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"lensbox-image import failed:\n{proc.stderr[-4000:]}")
+    digest, rootfs = proc.stdout.split()
+    return digest, rootfs
