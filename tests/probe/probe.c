@@ -1040,6 +1040,31 @@ static int op_fill(char **a)
 	return finish();
 }
 
+/* Creates empty files DIR/f0, f1... until creation fails or `max` is reached; reports the count and the errno. */
+static int op_files(char **a)
+{
+	long max = a[1] ? num(a[1]) : 10000000;
+	long n = 0;
+	int e = 0;
+	for (; n < max; n++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/f%ld", a[0], n);
+		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			e = errno;
+			break;
+		}
+		close(fd);
+	}
+	begin(e == 0);
+	emit(",\"files\":%ld", n);
+	if (e) {
+		const char *name = strerrorname_np(e);
+		emit(",\"errno\":\"%s\"", name ? name : "?");
+	}
+	return finish();
+}
+
 /* Spins `procs` processes for `seconds` of wall time; reports their CPU time per wall second. */
 static int op_cpuspin(char **a)
 {
@@ -1208,6 +1233,7 @@ static const struct op {
 	{ "forkbomb", 0, op_forkbomb, "[MAX]" },
 	{ "memhog", 0, op_memhog, "[MIB]" },
 	{ "fill", 1, op_fill, "PATH [MAX_MIB]" },
+	{ "files", 1, op_files, "DIR [MAX]  (inode exhaustion)" },
 	{ "cpuspin", 0, op_cpuspin, "[SECONDS [PROCS]]" },
 	{ "sleep", 0, op_sleep, "[SECONDS]" },
 	{ "ignore-term", 0, op_ignore_term, "" },

@@ -120,3 +120,11 @@ def test_binary_output_yields_valid_json(lab):
     """Random bytes on both streams: the runner's JSON still parses as UTF-8 (Lab decodes strictly)."""
     res = lab.run(["/bin/sh", "-c", "head -c 65536 /dev/urandom; head -c 65536 /dev/urandom >&2"])
     assert res["exit_code"] == 0 and res["stdout_bytes"] == 65536 and res["stderr_bytes"] == 65536, res.describe()
+
+
+@pytest.mark.parametrize("path", ["/tmp", "/dev/shm"])
+def test_tmpfs_inode_exhaustion_gets_enospc(lab, path):
+    """Empty files cost no bytes but inodes: the tmpfs inode limit answers ENOSPC long before host memory matters."""
+    p, res = lab.probe("files", path, 2000000)
+    assert p["ok"] is False and p["errno"] == "ENOSPC", (p, res.describe())
+    assert p["files"] <= 1 << 20, p
