@@ -44,6 +44,7 @@
 #define HELLO_MAX	   (16384 + 5)
 #define HELLO_TIMEOUT_MS   5000
 #define RELAY_IDLE_SECONDS 300
+#define PUMP_PIPE_BYTES	   (1 << 20)
 
 struct lb_service {
 	pthread_t thread;
@@ -330,8 +331,12 @@ static void pump(int in, int out)
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return;
+	/* a larger pipe moves more per system call; the default (64 KiB) is kept if the limit forbids it */
+	int chunk = fcntl(p[1], F_SETPIPE_SZ, PUMP_PIPE_BYTES);
+	if (chunk <= 0)
+		chunk = 1 << 16;
 	for (;;) {
-		ssize_t n = splice(in, NULL, p[1], NULL, 1 << 16, SPLICE_F_MOVE);
+		ssize_t n = splice(in, NULL, p[1], NULL, (size_t)chunk, SPLICE_F_MOVE);
 		if (n <= 0)
 			break;
 		ssize_t left = n;

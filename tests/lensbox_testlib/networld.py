@@ -204,10 +204,11 @@ class World:
         self.spawn(self.inet, "http", {"site": "registry", "listen": [[REGISTRY_IP, 443, True], [REGISTRY_IP, 80,
                                                                                                  False],
                                                                       [REGISTRY_IP, 8080, False]],
-                                       "certs": reg_certs, "default_cert": "pypi.org", "files": self._wheel()})
+                                       "certs": reg_certs, "default_cert": "pypi.org", "files": self._wheel(),
+                                       "bulk": f"{self.tmp}/bulk"})
         self.spawn(self.inet, "http", {"site": "site", "listen": [[SITE_IP, 443, True], [SITE_IP, 80, False],
                                                                   [SITE_IP, 8080, False]],
-                                       "certs": {SITE: self.certs[SITE]}, "default_cert": SITE})
+                                       "certs": {SITE: self.certs[SITE]}, "default_cert": SITE, "bulk": f"{self.tmp}/bulk"})
         self.udp_log = f"{self.tmp}/udp.log"
         self.spawn(self.inet, "udp_echo", {"listen": [SITE_IP, 9999], "log": self.udp_log})
         self.spawn(self.lan, "http", {"site": "lan", "listen": [[LAN_IP, 80, False], [LAN_IP, 443, False]]})
