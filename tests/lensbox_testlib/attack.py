@@ -140,11 +140,11 @@ class Lab:
         return next(_uids)
 
     def command(self, argv, *, rootfs="tiny", storage=None, uid=None, memory=None, cpu=None, pids=None, disk=None,
-                timeout=None, output_limit=None, repeat=None, keep=False, env=(), name=None):
+                timeout=None, output_limit=None, repeat=None, keep=False, env=(), name=None, policy=None):
         name = name or f"sec{os.getpid()}-{next(_names)}"
         storage = storage or os.path.join(self.base, "storage-" + name)
         uid = uid if uid is not None else self.new_uid()
-        cmd = [RUNNER, "--rootfs", self.rootfs(rootfs), "--storage", storage, "--policy", POLICY_DIR,
+        cmd = [RUNNER, "--rootfs", self.rootfs(rootfs), "--storage", storage, "--policy", policy or POLICY_DIR,
                "--run-dir", self.run_dir, "--name", name, "--uid", str(uid)]
         for flag, value in (("--memory", memory), ("--cpu", cpu), ("--pids", pids), ("--disk", disk),
                             ("--timeout", timeout), ("--output-limit", output_limit), ("--repeat", repeat)):
@@ -185,6 +185,21 @@ class Lab:
             raise LabError(f"lensbox-runner failed (rc {rc}): {res['error']}\ncommand: {shlex.join(cmd)}")
         res.rc, res.uid, res.cmd, res.elapsed = rc, uid, cmd, elapsed
         return res
+
+    def policy_copy(self, label, **replace):
+        """A copy of policy/ with whole files replaced: policy_copy("x", **{"landlock.rules": "..."})."""
+        path = os.path.join(self.base, "policy-" + label)
+        shutil.copytree(POLICY_DIR, path)
+        for rel, text in replace.items():
+            with open(os.path.join(path, rel), "w") as f:
+                f.write(text)
+        return path
+
+    def run_raw(self, argv, **kw):
+        """Like run() but returns (exit status, parsed JSON) even when the runner reports an error."""
+        cmd, uid = self.command(argv, **kw)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        return proc.returncode, json.loads(proc.stdout.decode("utf-8"))
 
     def probe(self, op, *args, **kw):
         """Runs one probe operation in a fresh sandbox; returns (probe line, runner result)."""

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from lensbox_testlib.attack import PROBE, refused, succeeded
+from lensbox_testlib.attack import IN_PROBE, PROBE, refused, succeeded
 
 ATTACKS = [
     # /proc/self/* belongs to the probe itself (DAC allows it) and /proc is mounted rw: only Landlock says no.
@@ -76,3 +76,30 @@ def test_rename_across_writable_mounts(lab):
     succeeded(outs[0], res)
     refused(outs[1], "EXDEV", res)
     refused(outs[2], "EXDEV", res)
+
+
+def _rules_with(lines):
+    from lensbox_testlib.attack import POLICY_DIR
+    with open(f"{POLICY_DIR}/landlock.rules") as f:
+        body = [x for x in f.read().splitlines() if not x.startswith(("min_abi", "degraded_min_abi"))]
+    return "\n".join(lines + body) + "\n"
+
+
+def test_policy_minimum_above_kernel_refuses_to_start(lab):
+    """Never silently unenforced: a policy asking for more Landlock than the kernel has stops the start, and the
+    error says why; nothing runs."""
+    host = json.loads(subprocess.run([PROBE, "landlock-abi"], stdout=subprocess.PIPE, check=True).stdout)["value"]
+    pol = lab.policy_copy("abi-too-high", **{"landlock.rules": _rules_with([f"min_abi {host + 1}"])})
+    rc, out = lab.run_raw(["/bin/sh", "-c", "echo RAN"], policy=pol)
+    assert rc == 1 and "error" in out, out
+    assert "andlock" in out["error"] and str(host + 1) in out["error"], out
+    assert "RAN" not in json.dumps(out)
+
+
+def test_policy_degraded_level_runs_and_reports_the_abi(lab):
+    host = json.loads(subprocess.run([PROBE, "landlock-abi"], stdout=subprocess.PIPE, check=True).stdout)["value"]
+    pol = lab.policy_copy("abi-degraded", **{"landlock.rules": _rules_with([f"min_abi {host + 1}",
+                                                                            f"degraded_min_abi {host}"])})
+    rc, out = lab.run_raw([IN_PROBE, "write", "/etc/x"], policy=pol)
+    assert rc == 0 and out["isolation"]["landlock_abi"] == host, out
+    assert '"errno":"EROFS"' in out["stdout"], out
