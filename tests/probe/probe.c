@@ -75,7 +75,7 @@
 
 /* ---- one JSON line ----------------------------------------------------------------------------------------- */
 
-static char out[1 << 16];
+static char out[1 << 20];
 static size_t out_len;
 
 static void emit(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
