@@ -63,10 +63,17 @@ static bool domain_ok(const char *s, size_t n)
 		}
 	if (colon == 0 || colon > 253)
 		return false;
+	/* dot-separated labels, each starting and ending with an alphanumeric ("..", ".x", "x-" are not hosts) */
 	for (size_t i = 0; i < colon; i++) {
 		unsigned char c = (unsigned char)s[i];
-		if (!isalnum(c) && c != '.' && c != '-')
-			return false;
+		bool label_start = i == 0 || s[i - 1] == '.', label_end = i + 1 == colon || s[i + 1] == '.';
+		if (isalnum(c))
+			continue;
+		if (c == '.' && !label_start && !label_end)
+			continue;
+		if (c == '-' && !label_start && !label_end)
+			continue;
+		return false;
 	}
 	if (colon < n) {
 		if (colon + 1 == n || n - colon - 1 > 5)
