@@ -84,13 +84,14 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 	}
 	/* Only an image or network the request names can replace an existing sandbox; left out, they are the
 	 * defaults for a new one and leave an existing one alone. */
-	char rootfs[512], digest[LB_STORE_DIGEST_MAX + 1];
+	struct lbd_image img;
 	struct lb_error err = { 0 };
-	if (lbd_image_resolve(d, spec.spec.image, rootfs, sizeof(rootfs), digest, sizeof(digest), &err) < 0) {
+	if (lbd_image_resolve(d, spec.spec.image, &img, &err) < 0) {
 		lbd_res_error(res, 503, "image_unavailable", "The image %s is not available here: %s", spec.spec.image,
 			      err.msg);
 		return;
 	}
+	lbd_image_release(&img);
 	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
 	if (!sb) {
 		lbd_res_error(res, 500, "internal", "Out of memory.");

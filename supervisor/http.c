@@ -43,7 +43,9 @@ struct conn_req {
 	struct lbd_req req;
 	struct lbd_res res;
 	struct lbd_route_match route;
-	bool answered;	 /* res holds the answer already (an early refusal) */
+	bool answered; /* res holds the answer already (an early refusal) */
+	bool deferred; /* an early refusal sent once the (small) body has been read and dropped */
+	uint64_t discarded;
 	bool too_big;	 /* the body passed route.body_max */
 	bool no_memory;	 /* the body_memory budget was exhausted */
 	size_t reserved; /* bytes of d->body_bytes this request holds */
@@ -143,6 +145,23 @@ static void copy_for_log(char *dst, size_t size, const char *s)
 	dst[i] = '\0';
 }
 
+/* A refusal decided from the headers alone. When the request announces a small body (or none), it is read and
+ * dropped first so that a client writing its body before reading the answer does not hit a closed socket; a large
+ * body is not waited for: the answer goes at once and the connection closes. */
+static enum MHD_Result defer_or_send(struct lbd *d, struct MHD_Connection *conn, struct conn_req *cr)
+{
+	cr->answered = true;
+	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+	char *end = NULL;
+	unsigned long long n = cl ? strtoull(cl, &end, 10) : 0;
+	if (!te && (!cl || (end && *end == '\0' && n <= LBD_SMALL_BODY_MAX))) {
+		cr->deferred = true;
+		return MHD_YES;
+	}
+	return send_res(d, conn, cr);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size,
 				  void **con_cls)
@@ -182,14 +201,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			    &cr->res, 403, "forbidden",
 			    "uid %u (gid %u) may not use lensboxd: it is not in allowed_uids or allowed_gids.",
 			    (unsigned)uc.uid, (unsigned)uc.gid);
-			cr->answered = true;
-			return send_res(d, conn, cr);
+			return defer_or_send(d, conn, cr);
 		}
 		/* The path without the query string, still percent-encoded (identity unescape). */
-		if (lbd_route(method, url, &cr->route, &cr->res) < 0) {
-			cr->answered = true;
-			return send_res(d, conn, cr);
-		}
+		if (lbd_route(method, url, &cr->route, &cr->res) < 0)
+			return defer_or_send(d, conn, cr);
 		snprintf(cr->req.name, sizeof(cr->req.name), "%s", cr->route.name);
 		cr->req.file_path = TAKE_PTR(cr->route.file_path);
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -218,8 +234,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (cr->answered || cr->too_big || cr->no_memory)
-			return MHD_YES; /* discarding the rest of a refused body */
+		if (cr->deferred || cr->too_big || cr->no_memory) {
+			/* Discarding the rest of a refused body, up to a bound: past it the connection is closed. */
+			cr->discarded += n;
+			return cr->discarded > 2 * (uint64_t)LBD_FILE_MAX ? MHD_NO : MHD_YES;
+		}
 		if (cr->req.body_len + n > cr->route.body_max) {
 			cr->too_big = true;
 			free(TAKE_PTR(cr->req.body));
@@ -251,6 +270,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 
+	if (cr->deferred) {
+		cr->deferred = false;
+		return send_res(d, conn, cr);
+	}
 	if (cr->answered)
 		return MHD_YES; /* already queued */
 	cr->answered = true;

@@ -1,23 +1,17 @@
 /*
- * images.c — from the image reference a client writes ("python:3.12-slim") to an unpacked root filesystem.
+ * images.c — from the image reference a client writes ("python:3.12-slim") to an unpacked root filesystem, through
+ * images/' store (lb/images.h) at images_dir.
  *
- * Runs in lensboxd (root) on connection threads; reads only. Images live under images_dir, one directory per
- * reference with '/', ':' and '@' written as '_':
- *
- *     <images_dir>/python_3.12-slim/rootfs/     the unpacked root, read-only to sandboxes
- *     <images_dir>/python_3.12-slim/digest      "sha256:<hex>" of the image (optional)
- *
- * images/ unpacks archives there (images/recipes/python builds the default one). A reference is validated before
- * it becomes a path component, so it can never name anything outside images_dir.
+ * Runs in lensboxd (root) on connection threads. lb_images allows one thread at a time, so every call holds
+ * images_mu; lookups are a few file reads. The reference is first checked against a conservative character set
+ * and parsed the way Docker does (lb_image_ref_parse) before the store sees it.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "lb/cleanup.h"
-#include "lb/fileio.h"
+#include "lb/images.h"
 #include "lensboxd.h"
 
 bool lbd_image_ref_valid(const char *ref)
@@ -34,42 +28,58 @@ bool lbd_image_ref_valid(const char *ref)
 		if (!ok)
 			return false;
 	}
-	return strstr(ref, "..") == NULL;
+	if (strstr(ref, ".."))
+		return false;
+	struct lb_image_ref parsed;
+	return lb_image_ref_parse(ref, &parsed, NULL) == 0;
 }
 
-static void dir_name(const char *ref, char *buf, size_t size)
+int lbd_images_open(struct lbd *d, struct lb_error *err)
 {
-	snprintf(buf, size, "%s", ref);
-	for (char *p = buf; *p; p++)
-		if (*p == '/' || *p == ':' || *p == '@')
-			*p = '_';
+	pthread_mutex_init(&d->images_mu, NULL);
+	int r = lb_images_open(d->cfg.images_dir, NULL, &d->images, err);
+	if (r < 0)
+		return lb_error_wrap(err, "opening the image store %s", d->cfg.images_dir);
+	return 0;
 }
 
-int lbd_image_resolve(const struct lbd *d, const char *ref, char *ret_rootfs, size_t rootfs_size, char *ret_digest,
-		      size_t digest_size, struct lb_error *err)
+void lbd_images_close(struct lbd *d)
 {
+	lb_images_free(d->images);
+	d->images = NULL;
+}
+
+int lbd_image_resolve(struct lbd *d, const char *ref, struct lbd_image *ret, struct lb_error *err)
+{
+	memset(ret, 0, sizeof(*ret));
 	if (!lbd_image_ref_valid(ref))
 		return lb_error_setx(err, EINVAL, "`%s` is not a valid image reference", ref);
-	char name[256], rootfs[768], digest_path[768];
-	dir_name(ref, name, sizeof(name));
-	snprintf(rootfs, sizeof(rootfs), "%s/%s/rootfs", d->cfg.images_dir, name);
-	struct stat st;
-	if (stat(rootfs, &st) < 0 || !S_ISDIR(st.st_mode))
+	if (!d->images)
+		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
+	struct lb_image_info *info = NULL;
+	pthread_mutex_lock(&d->images_mu);
+	int r = lb_image_inspect(d->images, ref, &info, err);
+	pthread_mutex_unlock(&d->images_mu);
+	if (r == -ENOENT)
 		return lb_error_setx(err, ENOENT,
-				     "%s is missing; unpack the image there (for the default image: "
-				     "images/recipes/python --rootfs)",
-				     rootfs);
-	if (strlen(rootfs) >= rootfs_size)
-		return lb_error_setx(err, ENAMETOOLONG, "the image path %s is too long", rootfs);
-	snprintf(digest_path, sizeof(digest_path), "%s/%s/digest", d->cfg.images_dir, name);
-	_cleanup_free_ char *dg = NULL;
-	size_t len = 0;
-	ret_digest[0] = '\0';
-	if (lb_read_file_at(-100 /* AT_FDCWD */, digest_path, 256, &dg, &len) == 0) {
-		dg[strcspn(dg, " \t\r\n")] = '\0';
-		if (strncmp(dg, "sha256:", 7) == 0 && strlen(dg) < digest_size)
-			snprintf(ret_digest, digest_size, "%s", dg);
+				     "no image named %s in %s; import it with `lensbox-image import ARCHIVE --name %s`",
+				     ref, d->cfg.images_dir, ref);
+	if (r < 0)
+		return r;
+	if (!info->has_python3 || !info->has_bash) {
+		int rr = lb_error_setx(err, ENOEXEC, "%s", lb_image_info_warning(info));
+		lb_image_info_free(info);
+		return rr;
 	}
-	snprintf(ret_rootfs, rootfs_size, "%s", rootfs);
+	const char *digest = info->manifest_digest[0] ? info->manifest_digest : info->config_digest;
+	snprintf(ret->digest, sizeof(ret->digest), "%s", digest);
+	ret->info = info;
 	return 0;
+}
+
+void lbd_image_release(struct lbd_image *img)
+{
+	if (img->info)
+		lb_image_info_free(img->info);
+	img->info = NULL;
 }

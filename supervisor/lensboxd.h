@@ -31,6 +31,7 @@
 #include "lb/store.h"
 
 struct lbd_sandbox; /* sandboxes.c */
+struct lb_images;   /* images/ */
 
 struct lbd_metrics {
 	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
@@ -49,6 +50,8 @@ struct lbd {
 	char policy_error[1024];
 	struct lb_host_facts host; /* measured once at start */
 	struct lb_store *store;
+	struct lb_images *images; /* NULL when the store could not be opened: runs get 503 image_unavailable */
+	pthread_mutex_t images_mu;
 	int64_t started_at_ms;
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
@@ -70,10 +73,17 @@ const char *lbd_cannot_run(const struct lbd *d);
 
 /* ---- images.c ---- */
 
-/* Resolves an image reference ("python", "python:3.12-slim") to its unpacked root and digest. ret_rootfs and
- * ret_digest are caller buffers. -ENOENT when the image is not present (with err saying how to get it). */
-int lbd_image_resolve(const struct lbd *d, const char *ref, char *ret_rootfs, size_t rootfs_size, char *ret_digest,
-		      size_t digest_size, struct lb_error *err);
+struct lb_image_info;
+struct lbd_image {
+	struct lb_image_info *info; /* rootfs, env... from images/ (owned) */
+	char digest[LB_STORE_DIGEST_MAX + 1];
+};
+int lbd_images_open(struct lbd *d, struct lb_error *err);
+void lbd_images_close(struct lbd *d);
+/* Resolves an image reference ("python:3.12-slim") through the image store. -ENOENT when it is not there (err says
+ * how to import it); -ENOEXEC when it lacks python3 or bash. Release with lbd_image_release(). */
+int lbd_image_resolve(struct lbd *d, const char *ref, struct lbd_image *ret, struct lb_error *err);
+void lbd_image_release(struct lbd_image *img);
 /* true when ref is a syntactically acceptable image reference. */
 bool lbd_image_ref_valid(const char *ref);
 

@@ -217,6 +217,9 @@ int main(int argc, char **argv)
 			lb_warn(NULL, "sandboxes cannot run on this host: %s", d.host.why_not);
 	}
 
+	if (lbd_images_open(&d, &err) < 0)
+		lb_error(NULL, "%s (runs will answer image_unavailable)", err.msg);
+
 	char db[512];
 	snprintf(db, sizeof(db), "%s/state.db", d.cfg.state_dir);
 	struct lb_store_config sc = { .path = db,
@@ -267,6 +270,7 @@ int main(int argc, char **argv)
 	pthread_join(timer, NULL);
 	lbd_sandboxes_shutdown(&d);
 	lb_store_close(d.store);
+	lbd_images_close(&d);
 	lb_policy_free(d.policy);
 	lb_info(NULL, "lensboxd stopped");
 	return 0;

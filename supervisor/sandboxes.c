@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "lb/cleanup.h"
+#include "lb/images.h"
 #include "lb/log.h"
 #include "lb/units.h"
 #include "lensboxd.h"
@@ -332,23 +333,25 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		lbd_fail_set(f, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
 		return -ENOSYS;
 	}
-	char rootfs[512], digest[LB_STORE_DIGEST_MAX + 1];
+	struct lbd_image img;
 	struct lb_error err = { 0 };
-	int r = lbd_image_resolve(d, row->spec.image, rootfs, sizeof(rootfs), digest, sizeof(digest), &err);
+	int r = lbd_image_resolve(d, row->spec.image, &img, &err);
 	if (r < 0) {
 		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", row->spec.image,
 			     err.msg);
 		return r;
 	}
 	r = reserve_slot(d, sb, f);
-	if (r < 0)
+	if (r < 0) {
+		lbd_image_release(&img);
 		return r;
+	}
 	char storage[512];
 	storage_path(d, sb->name, storage, sizeof(storage));
 	const struct lb_limits_policy *lp = &d->policy->limits;
 	struct lb_sandbox_spec spec = {
 		.name = sb->name,
-		.rootfs = rootfs,
+		.rootfs = img.info->rootfs,
 		.storage = storage,
 		.run_dir = d->cfg.run_dir,
 		.host_uid = row->host_uid,
@@ -360,11 +363,15 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 			    .tmp_bytes = lp->tmp_bytes,
 			    .shm_bytes = lp->shm_bytes },
 		.network = tier_of(row->spec.network),
+		.image_env = (const char *const *)img.info->env,
 		.policy = d->policy,
 	};
 	uint64_t t0 = lbd_mono_ms();
 	struct lb_sandbox *live = NULL;
 	r = lb_sandbox_start(&spec, &live, &err);
+	char digest[LB_STORE_DIGEST_MAX + 1];
+	snprintf(digest, sizeof(digest), "%s", img.digest);
+	lbd_image_release(&img);
 	char lf[256];
 	if (r < 0) {
 		release_slot(d);

@@ -10,7 +10,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon, image_tool  # noqa: E402
 
 
 def state(d, n):
@@ -95,9 +95,7 @@ def test_delete_removes_files_and_storage(d):
 
 
 def test_image_change_recreates(d):
-    other = os.path.join(d.images, "python_other")
-    os.makedirs(other)
-    os.symlink(os.readlink(os.path.join(d.images, "python_3.12-slim", "rootfs")), os.path.join(other, "rootfs"))
+    image_tool(d.images, "tag", "python:3.12-slim", "python:other")
     n = d.name("img")
     d.ok_run(n, "open('old.txt', 'w').write('old')")
     r = d.ok_run(n, "import os\nprint(sorted(set(os.listdir('.')) - {'lost+found'}))", sandbox={"image": "python:other"})
@@ -106,7 +104,8 @@ def test_image_change_recreates(d):
     # same image again: nothing recreated
     r = d.ok_run(n, "print(1)", sandbox={"image": "python:other"})
     assert r["recreated"] is None
-    assert d.request("GET", f"/v1/sandboxes/{n}")[1]["runs"] == 2
+    sb = d.request("GET", f"/v1/sandboxes/{n}")[1]
+    assert sb["runs"] == 2 and sb["image_digest"].startswith("sha256:")
 
 
 def test_missing_image_is_503(d):

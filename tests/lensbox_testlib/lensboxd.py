@@ -45,15 +45,30 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = s
 
 
-def prepare_images_dir(root):
-    """An images_dir holding the default image (python:3.12-slim) as a link to the recipe's unpacked root."""
+LENSBOX_IMAGE = os.path.join(BUILD_DIR, "images", "lensbox-image")
+
+
+def image_tool(root, *args):
+    p = subprocess.run([LENSBOX_IMAGE, "--root", root, *args], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"lensbox-image {' '.join(args)} failed: {p.stderr}"
+    return p.stdout
+
+
+def shared_images_dir():
+    """An image store (images/' layout) holding the default image as python:3.12-slim, imported once per recipe
+    hash and shared by every test daemon (they only read it). Concurrent first imports are safe: lb_images
+    renames complete images into place."""
+    assert os.path.isfile(LENSBOX_IMAGE), f"{LENSBOX_IMAGE} was not built (cmake --build the lensbox-image target)"
     try:
-        rootfs = images.default_rootfs()
+        archive = images.default_image_archive()
     except Exception as e:  # the recipe's own message says what is missing
-        raise AssertionError(f"the default image could not be built (images/recipes/python --rootfs): {e}")
-    d = os.path.join(root, "python_3.12-slim")
-    os.makedirs(d, exist_ok=True)
-    os.symlink(rootfs, os.path.join(d, "rootfs"))
+        raise AssertionError(f"the default image could not be built (images/recipes/python): {e}")
+    key = os.path.basename(os.path.dirname(archive))
+    root = os.path.join("/var/tmp", "lensbox-test-images", key)
+    os.makedirs(root, mode=0o711, exist_ok=True)
+    inspect = subprocess.run([LENSBOX_IMAGE, "--root", root, "inspect", DEFAULT_IMAGE], capture_output=True)
+    if inspect.returncode != 0:
+        image_tool(root, "import", archive, "--name", DEFAULT_IMAGE)
     return root
 
 
@@ -65,10 +80,7 @@ class Daemon:
         self.socket = os.path.join(self.dir, "sock", "lensboxd.sock")
         self.state = os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
-        self.images = images_dir or os.path.join(self.dir, "images")
-        if not images_dir and not os.path.isdir(self.images):
-            os.makedirs(self.images)
-            prepare_images_dir(self.images)
+        self.images = images_dir or shared_images_dir()
         self.prefix = f"t{os.getpid() % 100000}-{random.randrange(36 ** 3):03x}"
         # A host-uid range of its own: daemons of parallel tests must never share a uid.
         self.uid_start = 1_100_000_000 + random.randrange(20000) * 10000
