@@ -15,7 +15,7 @@ import socket
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 DEFAULT_SOCKET = "/run/lensbox/lensboxd.sock"
 
@@ -285,7 +285,7 @@ class Client:
 
     # ---- transport ----
 
-    def _request(
+    def _send(
         self,
         method: str,
         path: str,
@@ -294,8 +294,9 @@ class Client:
         timeout: Optional[float] = None,
         raw: bool = False,
         max_bytes: Optional[int] = None,
-    ) -> tuple[int, Any]:
-        """Sends one request; returns (status, parsed JSON or raw bytes). Raises SandboxError on a status >= 400."""
+    ) -> Tuple[int, bytes]:
+        """Sends one request; returns (status, body bytes). Raises SandboxError on a status >= 400 or when lensboxd
+        cannot be reached. With raw, a 2xx body is read with the max_bytes bound (413 file_too_large past it)."""
         headers = {"Accept": "application/json"}
         data: Optional[bytes] = None
         if isinstance(body, dict):
@@ -324,14 +325,22 @@ class Client:
             conn.close()
         if status >= 400:
             raise _error_from(status, payload)
-        if raw:
-            return status, payload
+        return status, payload
+
+    def _request(
+        self, method: str, path: str, body: Body = None, *, timeout: Optional[float] = None
+    ) -> Tuple[int, Dict[str, Any]]:
+        """Sends one request and parses its JSON object answer."""
+        status, payload = self._send(method, path, body, timeout=timeout)
         if not payload:
             return status, {}
         try:
-            return status, json.loads(payload)
+            obj = json.loads(payload)
         except ValueError:
-            raise SandboxError(502, "bad_response", f"lensboxd answered {method} {path} with something that is not JSON") from None
+            obj = None
+        if not isinstance(obj, dict):
+            raise SandboxError(502, "bad_response", f"lensboxd answered {method} {path} with something that is not a JSON object")
+        return status, obj
 
     # ---- sandboxes ----
 
@@ -468,7 +477,7 @@ class Client:
         """The bytes of one regular file of the sandbox, at most max_bytes (SandboxError 413 file_too_large past
         it, without reading the rest)."""
         url = f"/v1/sandboxes/{check_name(name)}/files/{_quote_path(check_path(path))}"
-        return self._request("GET", url, raw=True, max_bytes=max_bytes)[1]
+        return self._send("GET", url, raw=True, max_bytes=max_bytes)[1]
 
     def write_file(self, name: str, path: str, data: bytes) -> Dict[str, Any]:
         """Writes data to /sandbox/{path} atomically (parents created). At most 25 MiB."""
@@ -482,7 +491,7 @@ class Client:
 
     def metrics(self) -> str:
         """GET /metrics, Prometheus text."""
-        return self._request("GET", "/metrics", raw=True, max_bytes=16 << 20)[1].decode("utf-8", "replace")
+        return self._send("GET", "/metrics", raw=True, max_bytes=16 << 20)[1].decode("utf-8", "replace")
 
 
 def _spec_body(spec: Mapping[str, Any]) -> Dict[str, Any]:
@@ -492,8 +501,8 @@ def _spec_body(spec: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in spec.items() if v is not None}
 
 
-def _check_files(files: Mapping[str, bytes]) -> List[tuple[str, bytes]]:
-    out: List[tuple[str, bytes]] = []
+def _check_files(files: Mapping[str, bytes]) -> List[Tuple[str, bytes]]:
+    out: List[Tuple[str, bytes]] = []
     total = 0
     for path, data in files.items():
         check_path(path)
