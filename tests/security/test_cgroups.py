@@ -34,18 +34,23 @@ def test_memory_bomb_as_main_process(lab):
     assert res["oom_killed"] is True, res.describe()
 
 
-def _free_bytes(path):
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+def _allocated_bytes(path):
+    total = 0
+    for root, dirs, files in os.walk(path):
+        for f in files:
+            total += os.lstat(os.path.join(root, f)).st_blocks * 512
+    return total
 
 
 def test_disk_fill_gets_enospc_and_host_disk_is_safe(lab):
-    before = _free_bytes(lab.base)
-    p, res = lab.probe("fill", "/sandbox/big", 4096, disk="64Mi")
+    """The program writes until ENOSPC; what the host spent is the storage's allocated blocks (measured on the kept
+    storage directory, so other activity on the host's disk cannot blur it): at most the limit plus metadata."""
+    storage = os.path.join(lab.base, "storage-diskfill")
+    p, res = lab.probe("fill", "/sandbox/big", 4096, disk="64Mi", storage=storage, keep=True)
     assert p["ok"] is False and p["errno"] == "ENOSPC", p
-    assert p["bytes"] <= 64 << 20, p
-    used = before - _free_bytes(lab.base)
-    assert used < 80 << 20, f"the host lost {used >> 20} MiB to a 64 MiB sandbox"
+    assert 32 << 20 <= p["bytes"] <= 64 << 20, p
+    used = _allocated_bytes(storage)
+    assert used <= 72 << 20, f"the host spent {used >> 20} MiB on a 64 MiB sandbox"
 
 
 @pytest.mark.parametrize("path,limit", [("/tmp/big", 256 << 20), ("/dev/shm/big", 64 << 20)], ids=["tmp", "shm"])
@@ -61,13 +66,17 @@ def test_cpu_limit_enforced(lab, cpu):
     """Two spinning processes for two seconds: their CPU per wall second never exceeds the limit by more than 20%,
     and reaches at least 80% of it, or of what an unlimited sandbox got just before when the shared host is busy
     (2 cores, other builds running): the limit must not be confused with host contention."""
-    base, _ = lab.probe("cpuspin", 2, 2)
-    succeeded(base)
-    p, res = lab.probe("cpuspin", 2, 2, cpu=cpu)
-    succeeded(p, res)
     limit = float(cpu)
-    assert p["cpu_per_wall"] <= 1.2 * limit, p
-    assert p["cpu_per_wall"] >= 0.8 * min(limit, base["cpu_per_wall"]), (p, base)
+    for attempt in range(2):  # the host's 2 cores are shared: a busy moment may starve one measurement
+        base, _ = lab.probe("cpuspin", 2, 2)
+        succeeded(base)
+        p, res = lab.probe("cpuspin", 2, 2, cpu=cpu)
+        succeeded(p, res)
+        assert p["cpu_per_wall"] <= 1.2 * limit, p  # the security property: never retried away
+        if p["cpu_per_wall"] >= 0.8 * min(limit, base["cpu_per_wall"]):
+            break
+    else:
+        raise AssertionError(f"limited run got {p['cpu_per_wall']} CPU/s, unlimited {base['cpu_per_wall']}")
     assert abs(res["cpu_ms"] / 1000 - p["cpu"]) < 0.25 * p["cpu"] + 0.05, (res["cpu_ms"], p)
 
 
