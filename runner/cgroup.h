@@ -53,7 +53,8 @@ struct lb_cgroup {
 	size_t n_dirs;
 	/* v1: which entry of dirs[] carries each controller. */
 	int ctrl_dir[LB_CG1_N];
-	int peak_fd; /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
+	int peak_fd;		     /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
+	bool peak_reset_unsupported; /* v2 before 6.12: the run leaf is recreated per run instead */
 };
 
 /* Fills *host from /proc/self/mountinfo; -ENOTSUP with a sentence when neither v2 with memory, cpu and pids nor

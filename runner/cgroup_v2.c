@@ -225,8 +225,23 @@ int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err
 	return 0;
 }
 
+/* A fresh, empty `run` leaf: the only way to reset memory.peak before 6.12. */
+static int recreate_run_leaf(struct lb_cgroup *cg)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/run", cg->dirs[0]);
+	/* Our own leaf, emptied by the caller's kill just before. */
+	if (rmdir(path) < 0 && errno != ENOENT)
+		return -errno;
+	if (mkdir(path, 0755) < 0)
+		return -errno;
+	return 0;
+}
+
 int lb_cg2_reset_peak(struct lb_cgroup *cg)
 {
+	if (cg->peak_reset_unsupported)
+		return recreate_run_leaf(cg);
 	if (cg->peak_fd < 0) {
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/run/memory.peak", cg->dirs[0]);
@@ -234,10 +249,14 @@ int lb_cg2_reset_peak(struct lb_cgroup *cg)
 		if (cg->peak_fd < 0)
 			return -errno;
 	}
-	/* Since 6.12 a write resets the peak seen through this open file; older kernels refuse it. */
-	if (write(cg->peak_fd, "reset\n", 6) < 0)
-		return -errno;
-	return 0;
+	/* Since 6.12 a write resets the peak seen through this open file; older kernels refuse it (the file is
+	 * read-only): then every run gets a new leaf instead. */
+	if (write(cg->peak_fd, "reset\n", 6) == 6)
+		return 0;
+	close(cg->peak_fd);
+	cg->peak_fd = -1;
+	cg->peak_reset_unsupported = true;
+	return recreate_run_leaf(cg);
 }
 
 int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
@@ -248,10 +267,20 @@ int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 	snprintf(path, sizeof(path), "%s/run/cpu.stat", dir);
 	if (lb_read_keyed_u64_at(AT_FDCWD, path, "usage_usec", &usec) == 0)
 		ret->cpu_usage_ns = usec * 1000;
-	snprintf(path, sizeof(path), "%s/memory.events", dir);
-	(void)lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &ret->oom_kills);
-	snprintf(path, sizeof(path), "%s/pids.events", dir);
-	(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &ret->pids_max);
+	/* Since 6.12 (and with memory_localevents off) v2 counts these in the cgroup whose limit was hit and its
+	 * ancestors; before, pids.events counted in the forking task's own cgroup. Summing the sandbox and its leaves
+	 * catches both; only the delta's sign is used. */
+	static const char *const where[] = { "", "/init", "/run" };
+	for (size_t i = 0; i < 3; i++) {
+		uint64_t v = 0;
+		snprintf(path, sizeof(path), "%s%s/memory.events", dir, where[i]);
+		if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &v) == 0)
+			ret->oom_kills += v;
+		v = 0;
+		snprintf(path, sizeof(path), "%s%s/pids.events", dir, where[i]);
+		if (lb_read_keyed_u64_at(AT_FDCWD, path, "max", &v) == 0)
+			ret->pids_max += v;
+	}
 	if (cg->peak_fd >= 0) {
 		char buf[32];
 		ssize_t n = pread(cg->peak_fd, buf, sizeof(buf) - 1, 0);

@@ -556,7 +556,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	}
 	ret->timed_out = timed_out;
 	ret->wall_ms = t1 - t0;
-	ret->cpu_ms = (after.cpu_usage_ns - before.cpu_usage_ns) / 1000000;
+	ret->cpu_ms =
+	    after.cpu_usage_ns > before.cpu_usage_ns ? (after.cpu_usage_ns - before.cpu_usage_ns) / 1000000 : 0;
 	ret->oom_killed = after.oom_kills > before.oom_kills;
 	ret->pids_limited = after.pids_max > before.pids_max;
 	ret->peak_memory_bytes = after.peak_bytes;

@@ -5,6 +5,7 @@ exit codes and signals, a setup failure that names its step, and the process sta
 capabilities, securebits, no_new_privs, seccomp mode, clean environment, fds 0-2 only, stdin /dev/null, cwd).
 """
 
+import ctypes
 import json
 import os
 import sys
@@ -13,6 +14,24 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from lensbox_testlib.runner import RunnerEnv  # noqa: E402
+
+
+def kernel_landlock_abi():
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset(VERSION)
+    return max(abi, 0)
+
+
+def host_cgroup_version():
+    """v2 when the cgroup2 hierarchy carries memory, cpu and pids (the VM lane), else v1 (this CI's hybrid host)."""
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "cgroup2":
+                with open(os.path.join(fields[4], "cgroup.controllers")) as c:
+                    if {"memory", "cpu", "pids"} <= set(c.read().split()):
+                        return "v2"
+    return "v1"
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +47,8 @@ def test_sum_prints_45_with_isolation_report(env):
     assert r["stdout"] == "45\n"
     assert r["exit_code"] == 0 and r["signal"] == 0 and not r["timed_out"]
     iso = r["isolation"]
-    assert iso["landlock_abi"] == 7  # this machine's kernel offers 7 and the runner knows 7
-    assert iso["cgroup_version"] == "v1"  # hybrid host: memory/cpu/pids/freezer on v1
+    assert iso["landlock_abi"] == min(kernel_landlock_abi(), 7)  # the kernel's best, up to the newest the runner knows
+    assert iso["cgroup_version"] == host_cgroup_version()
     assert iso["seccomp"]["mode"] == 2 and iso["seccomp"]["allowed_syscalls"] > 100
     assert set(iso["namespaces"]) == {"user", "mnt", "pid", "ipc", "uts", "net", "cgroup"}
     assert iso["uid_map"] == "1000 200000 1"

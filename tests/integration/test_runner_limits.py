@@ -22,7 +22,8 @@ def test_memory_bomb_is_oom_killed_and_reported(env):
     r = env.python(code, flags=["--memory", "128Mi"])
     assert r["oom_killed"] is True
     assert r["signal"] == 9 and r["exit_code"] == -1
-    assert r["peak_memory_bytes"] <= 128 << 20
+    # The limit is hard but the kernel may overshoot it by a few pages while it reclaims and kills (seen on v2).
+    assert 64 << 20 <= r["peak_memory_bytes"] <= (128 << 20) * 1.05
 
 
 def test_normal_run_reports_no_oom_and_a_peak(env):
@@ -74,4 +75,6 @@ def test_cpu_limit_holds_the_share(env):
     share, free = float(r["stdout"]), float(base["stdout"])
     assert share <= 0.6, f"cpu share {share:.2f} of one core under a 0.5 quota"
     assert share >= 0.8 * min(0.5, free), f"cpu share {share:.2f} under a 0.5 quota, {free:.2f} without"
-    assert abs(r["cpu_ms"] / 1000 - 2 * share) < 0.25 * 2 * share + 0.05  # the cgroup's accounting agrees
+    # The run's cgroup accounting saw at least the work the program measured (it also counts interpreter start-up;
+    # no upper bound: under QEMU TCG, the VM lane, the guest's clocks disagree).
+    assert r["cpu_ms"] / 1000 >= 0.8 * 2 * share
