@@ -16,6 +16,8 @@ ATTACKS = [
     ("write_proc_self_oom_score_adj", ["write", "/proc/self/oom_score_adj", "1000"], "EACCES"),
     ("write_proc_self_attr", ["write", "/proc/self/attr/exec", "unconfined"], "EACCES"),
     ("write_proc_self_setgroups", ["write", "/proc/self/setgroups", "deny"], "EACCES"),
+    ("write_proc_self_uid_map", ["write", "/proc/self/uid_map", "0 0 1"], "EACCES"),
+    ("write_proc_self_mem", ["open", "/proc/self/mem", "rdwr"], "EACCES"),
     ("tcp_connect_loopback_80", ["tcp-connect", "127.0.0.1", 80], "EACCES"),
     ("tcp_connect_loopback_443", ["tcp-connect", "127.0.0.1", 443], "EACCES"),
     ("tcp6_connect_loopback_443", ["tcp-connect", "::1", 443], "EACCES"),

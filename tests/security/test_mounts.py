@@ -34,6 +34,14 @@ ATTACKS = [
     # Another process's root: /proc/1 is the sandbox's init, not ours to open.
     ("proc_1_root", ["ls", "/proc/1/root/"], "EACCES"),
     ("proc_1_environ", ["read", "/proc/1/environ"], "EACCES"),
+    # The sandbox's init is a host binary (lensbox-runner / lensboxd): its /proc/1/exe magic link leads outside
+    # every mount namespace (runc's CVE-2019-5736 overwrote the host runtime through it).
+    ("proc_1_exe_readlink", ["readlink", "/proc/1/exe"], "EACCES"),
+    ("proc_1_exe_read", ["open", "/proc/1/exe", "rdonly"], "EACCES"),
+    ("proc_1_exe_write", ["open", "/proc/1/exe", "wronly"], "EACCES"),
+    ("proc_1_cwd", ["ls", "/proc/1/cwd/"], "EACCES"),
+    ("proc_1_map_files", ["ls", "/proc/1/map_files"], "EACCES"),
+    ("proc_1_mem", ["open", "/proc/1/mem", "rdwr"], "EACCES"),
     # DAC still applies to the image's private files.
     ("read_root_only_file", ["read", "/etc/secret"], "EACCES"),
     # Planted links: a hard link to a file of the image crosses mounts; a symlink resolves inside our root.
