@@ -519,7 +519,7 @@ static int cmd_inspect(const struct opts *o, int argc, char **argv)
 	line("created:", at_and_relative(sb, "created_at", now, buf, sizeof(buf)));
 	line("last used:", at_and_relative(sb, "last_used_at", now, buf, sizeof(buf)));
 	line("stops:", at_and_relative(sb, "stops_at", now, buf, sizeof(buf)));
-	line("deleted:",
+	line("deletes:",
 	     at_and_relative(sb, lbc_jget(sb, "deletes_at") ? "deletes_at" : "deleted_at", now, buf, sizeof(buf)));
 	snprintf(buf, sizeof(buf), "%lld", (long long)lbc_jint(sb, "runs", 0));
 	line("runs:", buf);
