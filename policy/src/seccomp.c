@@ -534,6 +534,16 @@ int lb_seccomp_compile_json(const char *text, size_t len, const char *name, stru
 		if ((r = compile_rule(c, sys->u.array.values[i], i)) < 0)
 			return r;
 
+	/* A profile that cannot even start or end a program is a mistake, not a policy: say so at load time rather
+	 * than as a mysterious failure of every run. */
+	static const char *const essential[] = { "execve", "exit", "exit_group" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(essential); i++) {
+		int nr = seccomp_syscall_resolve_name(essential[i]);
+		if (nr >= 0 && nr < MAX_NR && !c->allowed[nr])
+			return lb_error_setx(err, EINVAL, "%s: \"%s\" is not allowed: no program could run", name,
+					     essential[i]);
+	}
+
 	struct sock_fprog prog;
 	if ((r = export_bpf(c, &prog)) < 0)
 		return r;

@@ -257,6 +257,8 @@ static void test_seccomp_errors(void **state)
 		{ SC("{\"names\":[\"read\",\"read\"],\"action\":\"SCMP_ACT_ALLOW\"}"), EINVAL,
 		  "\"read\" listed twice" },
 		{ "{\"a\":[[[[[[[[[[1]]]]]]]]]]}", EINVAL, "JSON nested deeper than 8" },
+		{ SC("{\"names\":[\"read\",\"exit\",\"exit_group\"],\"action\":\"SCMP_ACT_ALLOW\"}"), EINVAL,
+		  "sc: \"execve\" is not allowed: no program could run" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct sock_fprog prog = { 0 };
@@ -274,10 +276,11 @@ static void test_seccomp_errors(void **state)
 
 	/* A minimal valid profile compiles; a non-native name (chown32) is accepted and counts for nothing. */
 	static const char ok[] =
-	    SC("{\"names\":[\"read\",\"chown32\"],\"action\":\"SCMP_ACT_ALLOW\",\"comment\":\"c\"}");
+	    SC("{\"names\":[\"read\",\"chown32\",\"execve\",\"exit\",\"exit_group\"],\"action\":\"SCMP_ACT_ALLOW\","
+	       "\"comment\":\"c\"}");
 	size_t allowed = 0;
 	assert_int_equal(lb_seccomp_compile_json(ok, sizeof(ok) - 1, "sc", &prog, &allowed, &err), 0);
-	assert_int_equal(allowed, 1);
+	assert_int_equal(allowed, 4);
 	assert_true(prog.len > 3);
 	free(prog.filter);
 }
