@@ -277,6 +277,12 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	run.stdout_bytes = x.stdout_total;
 	run.stderr_bytes = x.stderr_total;
 	compose_message(&x, (uint32_t)timeout, &row.spec, d->policy->limits.pids, run.message, sizeof(run.message));
+	snprintf(lf, sizeof(lf),
+		 "sandbox=%s run=%s language=%s exit_code=%d signal=%d duration_ms=%llu cpu_ms=%llu%s%s%s", req->name,
+		 run.id, run.language, run.exited ? run.exit_code : -1, run.signal, (unsigned long long)run.duration_ms,
+		 (unsigned long long)run.cpu_ms, run.timed_out ? " timed_out=1" : "",
+		 run.oom_killed ? " oom_killed=1" : "", run.pids_limited ? " pids_limited=1" : "");
+	lb_info(lf, "run finished");
 	if (lb_store_run_insert(d->store, &run, &err) < 0) {
 		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", req->name, run.id);
 		lb_error(lf, "recording the run in the ledger failed: %s", err.msg);

@@ -20,6 +20,10 @@
 #include "lb/fileio.h"
 #include "lb/units.h"
 
+#ifndef LENSBOX_POLICY_DIR
+#define LENSBOX_POLICY_DIR "/etc/lensbox/policy" /* the build passes the installed location */
+#endif
+
 enum key_type {
 	K_PATH,
 	K_STRING,
@@ -58,7 +62,7 @@ static const struct key_def keys[] = {
 	{ "state_dir", K_PATH, F(state_dir), 0, 0, "/var/lib/lensbox", "the store and every sandbox's storage" },
 	{ "run_dir", K_PATH, F(run_dir), 0, 0, "/run/lensbox/sandboxes",
 	  "runtime state (mounts) of running sandboxes" },
-	{ "policy_dir", K_PATH, F(policy_dir), 0, 0, "/etc/lensbox/policy", "the reviewed policy files" },
+	{ "policy_dir", K_PATH, F(policy_dir), 0, 0, LENSBOX_POLICY_DIR, "the reviewed policy files" },
 	{ "images_dir", K_PATH, F(images_dir), 0, 0, "/var/lib/lensbox/images", "unpacked images, <name>/rootfs" },
 	{ "default_image", K_STRING, F(default_image), 0, 0, "python:3.12-slim",
 	  "image of sandboxes whose spec names none" },

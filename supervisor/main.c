@@ -22,7 +22,10 @@
 #include "lb/log.h"
 #include "lensboxd.h"
 
-#define DEFAULT_CONFIG "/etc/lensbox/lensboxd.conf"
+#ifndef LENSBOX_CONFIG_FILE
+#define LENSBOX_CONFIG_FILE "/etc/lensbox/lensboxd.conf" /* the build passes the installed location */
+#endif
+#define DEFAULT_CONFIG LENSBOX_CONFIG_FILE
 
 static void usage(FILE *out)
 {
