@@ -398,8 +398,10 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 	char rport[8], lport[8];
 	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
 	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
-	const char *keys[] = { "SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT" };
-	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport };
+	const char *keys[] = {
+		"SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR"
+	};
+	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport, LB_NET_RESOLVER_ADDR };
 	r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
 			     LB_ARRAY_SIZE(keys), &rules, err);
 	if (r < 0) {
@@ -573,6 +575,14 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	snprintf(h->dns_upstream, sizeof(h->dns_upstream), "%s:%u", a, ntohs(ctx->upstream.sin_port));
 	h->n_package_names = (unsigned)ctx->packages.n;
 	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
+}
+
+const char *lb_net_resolv_conf(const char *tier)
+{
+	if (strcmp(tier, "packages") == 0 || strcmp(tier, "web") == 0)
+		return "# lensbox: DNS goes to lensboxd's resolver on the host side\nnameserver " LB_NET_RESOLVER_ADDR
+		       "\noptions timeout:2 attempts:2\n";
+	return NULL;
 }
 
 int lb_net_npm_registry_host(char *buf, size_t size)

@@ -11,10 +11,18 @@
  *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=..
  *   unload | quit
  * `npm-registry` prints the npm registry host lensboxd would add to packages.list.
+ *
+ * Built a second time as lensbox-net-sandbox (LB_NET_WITH_RUNNER), it also starts real sandboxes through lb_runner,
+ * the way lensboxd does (start, attach the network to the sandbox's netns, exec, detach, stop), for the network
+ * tests that prove each tier from inside a real sandbox:
+ *   start NAME TIER ROOTFS STORAGE RUN_DIR UID      ok HOST_IFNAME ADDRESS GATEWAY
+ *   exec NAME TIMEOUT_S HEX(python source)           ok EXIT SIGNAL HEX(stdout) HEX(stderr)
+ *   stop NAME                                        ok
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +32,165 @@
 #include "lb/cleanup.h"
 #include "lb/netfilter.h"
 
+static void reply_err(const char *what, const struct lb_error *err)
+{
+	printf("error %s: %s\n", what, err->msg);
+}
+
+#ifdef LB_NET_WITH_RUNNER
+#include "lb/policy.h"
+#include "lb/runner.h"
+
+#define MAX_SANDBOXES 16
+
+struct running {
+	char name[64];
+	char storage[512];
+	struct lb_sandbox *sb;
+};
+
+static struct lb_policy *g_policy; /* parsed once at start; read-only afterwards */
+static struct running g_running[MAX_SANDBOXES];
+
+static struct running *find_running(const char *name)
+{
+	for (size_t i = 0; i < MAX_SANDBOXES; i++)
+		if (g_running[i].sb && strcmp(g_running[i].name, name) == 0)
+			return &g_running[i];
+	return NULL;
+}
+
+static int unhex(const char *h, char **ret)
+{
+	size_t n = strlen(h);
+	if (n % 2)
+		return -EINVAL;
+	char *out = malloc(n / 2 + 1);
+	if (!out)
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1) {
+			free(out);
+			return -EINVAL;
+		}
+		out[i] = (char)v;
+	}
+	out[n / 2] = '\0';
+	*ret = out;
+	return 0;
+}
+
+static void print_hex(const char *buf, size_t len)
+{
+	if (len == 0)
+		fputs("-", stdout);
+	for (size_t i = 0; i < len; i++)
+		printf("%02x", (unsigned char)buf[i]);
+}
+
+static void cmd_start(struct lb_net *ctx, char **w)
+{
+	struct lb_error err = { 0 };
+	struct running *slot = NULL;
+	for (size_t i = 0; i < MAX_SANDBOXES && !slot; i++)
+		if (!g_running[i].sb)
+			slot = &g_running[i];
+	if (!slot || find_running(w[1])) {
+		printf("error start: no room, or %s is running\n", w[1]);
+		return;
+	}
+	enum lb_net_tier tier = strcmp(w[2], "web") == 0	? LB_NET_WEB
+				: strcmp(w[2], "packages") == 0 ? LB_NET_PACKAGES
+								: LB_NET_OFF;
+	static const char *const image_env[] = { "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
+						 NULL };
+	const struct lb_limits_policy *pl = &g_policy->limits;
+	struct lb_sandbox_spec spec = { .name = w[1],
+					.rootfs = w[3],
+					.storage = w[4],
+					.run_dir = w[5],
+					.host_uid = (uid_t)strtoul(w[6], NULL, 10),
+					.host_gid = (gid_t)strtoul(w[6], NULL, 10),
+					.limits = { .cpu_millicores = pl->cpu_millicores,
+						    .memory_bytes = pl->memory_bytes,
+						    .pids = pl->pids,
+						    .disk_bytes = pl->disk_bytes,
+						    .tmp_bytes = pl->tmp_bytes,
+						    .shm_bytes = pl->shm_bytes },
+					.network = tier,
+					.image_env = image_env,
+					.policy = g_policy,
+					.resolv_conf = lb_net_resolv_conf(w[2]) };
+	struct lb_sandbox *sb = NULL;
+	if (lb_sandbox_start(&spec, &sb, &err) < 0)
+		return reply_err("start", &err);
+	_cleanup_close_ int fd = lb_sandbox_netns_fd(sb);
+	struct lb_net_info info;
+	if (fd < 0 || lb_net_attach(ctx, w[1], fd, w[2], &info, &err) < 0) {
+		struct lb_error e2;
+		lb_sandbox_stop(sb, &e2);
+		if (fd < 0)
+			lb_error_set(&err, fd, "the sandbox's network namespace");
+		return reply_err("start", &err);
+	}
+	slot->sb = sb;
+	snprintf(slot->name, sizeof(slot->name), "%s", w[1]);
+	snprintf(slot->storage, sizeof(slot->storage), "%s", w[4]);
+	printf("ok %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-", info.address[0] ? info.address : "-",
+	       info.gateway[0] ? info.gateway : "-");
+}
+
+static void cmd_exec(char **w)
+{
+	struct running *r = find_running(w[1]);
+	if (!r) {
+		printf("error exec: %s is not running\n", w[1]);
+		return;
+	}
+	_cleanup_free_ char *code = NULL;
+	if (unhex(w[3], &code) < 0) {
+		printf("error exec: bad hex\n");
+		return;
+	}
+	const char *argv[] = { "python3", "-c", code, NULL };
+	struct lb_exec_spec es = { .argv = argv,
+				   .timeout_ms = (uint32_t)strtoul(w[2], NULL, 10) * 1000,
+				   .stdout_limit = 1 << 20,
+				   .stderr_limit = 1 << 16 };
+	struct lb_exec_result res = { 0 };
+	struct lb_error err = { 0 };
+	if (lb_sandbox_exec(r->sb, &es, &res, &err) < 0)
+		return reply_err("exec", &err);
+	printf("ok %d %d ", res.exit_code, res.signal);
+	print_hex(res.stdout_buf, res.stdout_len);
+	fputs(" ", stdout);
+	print_hex(res.stderr_buf, res.stderr_len);
+	fputs("\n", stdout);
+	lb_exec_result_free(&res);
+}
+
+static void cmd_stop(struct lb_net *ctx, char **w)
+{
+	struct running *r = find_running(w[1]);
+	if (!r) {
+		printf("error stop: %s is not running\n", w[1]);
+		return;
+	}
+	struct lb_error err = { 0 };
+	int a = lb_net_detach(ctx, w[1], &err);
+	if (a < 0 && a != -ENOENT)
+		return reply_err("stop", &err);
+	int b = lb_sandbox_stop(r->sb, &err);
+	r->sb = NULL;
+	if (b < 0)
+		return reply_err("stop", &err);
+	if (lb_sandbox_destroy_storage(r->storage, &err) < 0)
+		return reply_err("stop", &err);
+	printf("ok\n");
+}
+#endif
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
@@ -31,10 +198,6 @@ static void usage(void)
 			"       lensbox-net npm-registry\n");
 }
 
-static void reply_err(const char *what, const struct lb_error *err)
-{
-	printf("error %s: %s\n", what, err->msg);
-}
 
 static void handle(struct lb_net *ctx, char *line, bool *quit)
 {
@@ -82,6 +245,14 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
 		printf("ok\n");
+#ifdef LB_NET_WITH_RUNNER
+	} else if (strcmp(cmd, "start") == 0 && n == 7) {
+		cmd_start(ctx, words);
+	} else if (strcmp(cmd, "exec") == 0 && n == 4) {
+		cmd_exec(words);
+	} else if (strcmp(cmd, "stop") == 0 && n == 2) {
+		cmd_stop(ctx, words);
+#endif
 	} else if (strcmp(cmd, "quit") == 0) {
 		*quit = true;
 		printf("ok\n");
@@ -159,16 +330,31 @@ int main(int argc, char **argv)
 	cfg.extra_package_names = extra;
 	struct lb_net *ctx = NULL;
 	struct lb_error err = { 0 };
+#ifdef LB_NET_WITH_RUNNER
+	if (lb_policy_load(cfg.policy_dir, &g_policy, &err) < 0) {
+		fprintf(stderr, "lensbox-net: loading the policy: %s\n", err.msg);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);
+#endif
 	if (lb_net_init(&cfg, &ctx, &err) < 0) {
 		fprintf(stderr, "lensbox-net: %s\n", err.msg);
 		return 1;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("ready\n");
-	char line[4096];
+	static char line[1 << 17]; /* exec carries a hex-encoded program */
 	bool quit = false;
 	while (!quit && fgets(line, sizeof(line), stdin))
 		handle(ctx, line, &quit);
+#ifdef LB_NET_WITH_RUNNER
+	for (size_t i = 0; i < MAX_SANDBOXES; i++)
+		if (g_running[i].sb) {
+			char *w[] = { (char *)"stop", g_running[i].name };
+			cmd_stop(ctx, w);
+		}
+	lb_policy_free(g_policy);
+#endif
 	lb_net_free(ctx);
 	return 0;
 }

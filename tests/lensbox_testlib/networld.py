@@ -34,6 +34,7 @@ REBIND = "rebind.example"  # a public-looking name whose answer is in 10.0.0.0/8
 NAMES = {"pypi.org": REGISTRY_IP, "files.pythonhosted.org": REGISTRY_IP, NEIGHBOUR: REGISTRY_IP, SITE: SITE_IP,
          REBIND: LAN_IP, "metadata.example": METADATA_IP}
 RESOLVER_PORT = 10053
+RESOLVER_ADDR = "169.254.53.53"  # LB_NET_RESOLVER_ADDR
 RELAY_PORT = 10080
 
 
@@ -45,13 +46,15 @@ def sh(*args, check=True, ns=None, **kw):
 class NetCtl:
     """lensbox-net serve, running in the world's host namespace; one command a line."""
 
-    def __init__(self, world, extra_args=()):
-        exe = os.path.join(os.environ["LENSBOX_BUILD_DIR"], "netfilter", "lensbox-net")
+    def __init__(self, world, extra_args=(), tool="lensbox-net"):
+        exe = os.path.join(os.environ["LENSBOX_BUILD_DIR"], "netfilter", tool)
         if not os.access(exe, os.X_OK):
             raise AssertionError(f"{exe} is missing: build the lensbox-net target first")
         policy = os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "policy")
         self.p = subprocess.Popen(
-            ["ip", "netns", "exec", world.host, exe, "serve", "--policy", policy, "--dns", f"{DNS_IP}:53",
+            # nsenter --net only: unlike `ip netns exec` it keeps the machine's /sys (and so its cgroup mounts),
+            # which lensbox-net-sandbox needs to start real sandboxes
+            ["nsenter", f"--net=/run/netns/{world.host}", exe, "serve", "--policy", policy, "--dns", f"{DNS_IP}:53",
              "--resolver-port", str(RESOLVER_PORT), "--relay-port", str(RELAY_PORT), *extra_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline().strip()
@@ -217,8 +220,9 @@ class World:
 
     # ---- sandboxes and lensbox
 
-    def start_lensbox(self, extra_args=()):
-        self.ctl = NetCtl(self, extra_args)
+    def start_lensbox(self, extra_args=(), tool="lensbox-net"):
+        """lensbox-net (plain network namespaces stand for sandboxes) or lensbox-net-sandbox (real sandboxes)."""
+        self.ctl = NetCtl(self, extra_args, tool)
         return self.ctl
 
     def add_sandbox(self, name, tier):
@@ -230,7 +234,7 @@ class World:
         words = self.ctl.ok(f"attach {name} /run/netns/{ns} {tier}")
         gw = words[2]
         with open(f"/etc/netns/{ns}/resolv.conf", "w") as f:
-            f.write(f"nameserver {gw if gw != '-' else '127.0.0.1'}\noptions timeout:2 attempts:1\n")
+            f.write(f"nameserver {RESOLVER_ADDR if gw != '-' else '127.0.0.1'}\noptions timeout:2 attempts:1\n")
         return {"ns": ns, "ifname": words[0], "addr": words[1], "gateway": gw, "name": name}
 
     def probe(self, sb, **args):

@@ -26,6 +26,9 @@
 #define LB_NET_DEFAULT_RESOLVER_PORT 10053
 #define LB_NET_DEFAULT_RELAY_PORT    10080
 #define LB_NET_IFPREFIX		     "lbh" /* host-side veth names: lbh<slot> */
+/* The name server every networked sandbox is given: a link-local address that never leaves the host. The sandbox's
+ * DNS to it (or to its gateway) is redirected to lensboxd's resolver; DNS to anything else is refused. */
+#define LB_NET_RESOLVER_ADDR "169.254.53.53"
 
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
@@ -95,6 +98,10 @@ int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct l
 
 /* Fills h; never fails. */
 void lb_net_health(struct lb_net *ctx, struct lb_net_health *h);
+
+/* The /etc/resolv.conf a sandbox of tier should get (runner's lb_sandbox_spec.resolv_conf): a name server line for
+ * "packages" and "web", NULL for "off" (no resolver at all). The string is static. */
+const char *lb_net_resolv_conf(const char *tier);
 
 /* The host of `npm config get registry` when npm is installed (runs it with a 5 s limit, as the caller). Writes
  * the host name into buf. -ENOENT when npm is missing or prints nothing usable. */
