@@ -36,6 +36,7 @@ static int open_store(struct fixture *f, uint32_t base, uint32_t count)
 
 static int setup(void **state)
 {
+	umask(022); /* a typical daemon umask: the store must still create private files */
 	struct fixture *f = calloc(1, sizeof(*f));
 	snprintf(f->dir, sizeof(f->dir), "/tmp/lb-store-test-XXXXXX");
 	if (!mkdtemp(f->dir)) {
@@ -116,9 +117,15 @@ static void migrations_from_empty(void **state)
 	assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
 	sqlite3_finalize(st);
 	sqlite3_close(db);
-	struct stat sb;
-	assert_int_equal(stat(f->path, &sb), 0);
-	assert_int_equal(sb.st_mode & 0777, 0600);
+	/* the database and its WAL and shared-memory files are private, whatever the umask */
+	const char *suffixes[] = { "", "-wal", "-shm" };
+	for (size_t i = 0; i < 3; i++) {
+		char p[160];
+		struct stat sb;
+		snprintf(p, sizeof(p), "%s%s", f->path, suffixes[i]);
+		assert_int_equal(stat(p, &sb), 0);
+		assert_int_equal(sb.st_mode & 0777, 0600);
+	}
 }
 
 static void reopen_keeps_rows_and_version(void **state)
