@@ -13,6 +13,9 @@ ATTACKS = [
     ("setgroups_root", ["setgroups", 0], "EPERM"),
     ("capset_all", ["capset"], "EPERM"),
     ("unlock_securebits", ["securebits", 0], "EPERM"),
+    # Families seccomp allows, types that need CAP_NET_RAW (which the program lacks even in its own netns).
+    ("raw_icmp_socket", ["socket", "inet", "raw", 1], "EPERM"),
+    ("raw_ipv6_socket", ["socket", "inet6", "raw", 58], "EPERM"),
     ("chown_to_root", ["chown", "/sandbox/f", 0, 0], "EINVAL"),
     ("chown_to_mapped_other_gid", ["chown", "/sandbox/f", -1, 1001], "EINVAL"),
     # A valid VFS_CAP_REVISION_2 value granting every capability: needs CAP_SETFCAP.

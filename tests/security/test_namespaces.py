@@ -82,8 +82,10 @@ def test_cross_sandbox_cannot_see_signal_or_trace(lab):
     try:
         victim = max(_wait_for_pids(lab, a.lab_uid))
         outs, res = lab.script([["ps"], ["kill", victim, 9], ["ptrace-attach", victim],
-                                ["process_vm_readv", victim, "0x400000"], ["pidfd_open", victim]])
-        ps, kill, trace, pvm, pidfd = outs
+                                ["process_vm_readv", victim, "0x400000"], ["pidfd_open", victim],
+                                ["ls", f"/proc/{victim}/root/sandbox"]])
+        ps, kill, trace, pvm, pidfd, root = outs
+        refused(root, "ENOENT", res)     # A's files through /proc/<pid>/root: no such pid here
         succeeded(ps, res)
         assert victim not in [int(p["pid"]) for p in ps["pids"]], ps
         refused(kill, "ESRCH", res)      # that pid does not exist in B's pid namespace
