@@ -523,10 +523,12 @@ def _read_bounded(resp: http.client.HTTPResponse, max_bytes: Optional[int]) -> b
         return resp.read()
     length = resp.getheader("Content-Length")
     if length is not None and length.isdigit() and int(length) > max_bytes:
-        raise SandboxError(413, "file_too_large", f"the file is {int(length)} bytes, more than the {max_bytes} allowed")
+        raise SandboxError(
+            413, "file_too_large", f"The file is {int(length)} bytes; at most {max_bytes} bytes can be copied out."
+        )
     data = resp.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise SandboxError(413, "file_too_large", f"the file is larger than the {max_bytes} bytes allowed")
+        raise SandboxError(413, "file_too_large", f"The file is larger than the {max_bytes} bytes that can be copied out.")
     return data
 
 
