@@ -72,4 +72,11 @@ struct lbi_unpack_stats {
 int lbi_layer_apply(int rootfd, int blobfd, const char *diff_id_hex, const char *what, const struct lb_image_limits *l,
 		    struct lbi_unpack_stats *st, struct lb_error *err);
 
+/* ---- store.c ---- */
+
+struct lbi_plan;
+/* Unpacks plan (blobs read from layoutfd) into images/<config hex> unless already there, then names it. */
+int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *plan, const char *name,
+		      struct lb_image_info **ret_info, struct lb_error *err);
+
 #endif

@@ -468,6 +468,75 @@ int lbi_plan_load(int layoutfd, const char *ref_name, const struct lb_image_limi
 	return plan_from_manifest(layoutfd, &md, l, p, err);
 }
 
+int lbi_index_pick(int layoutfd, const char *index_hex, uint64_t size, const struct lb_image_limits *l,
+		   char ret_hex[65], uint64_t *ret_size, struct lb_error *err)
+{
+	struct desc d = { .size = size };
+	memcpy(d.hex, index_hex, 65);
+	_cleanup_yajl_ yajl_val index = NULL;
+	int r = read_verified_json(layoutfd, &d, l->max_json_bytes, "index", NULL, &index, err);
+	if (r < 0)
+		return r;
+	struct desc md;
+	r = pick_from_index(layoutfd, index, NULL, 0, l, &md, err);
+	if (r == -ENOENT)
+		return lb_error_setx(err, ENOENT, "index sha256:%s: no manifest for linux/%s", index_hex, HOST_ARCH);
+	if (r < 0)
+		return r;
+	memcpy(ret_hex, md.hex, 65);
+	*ret_size = md.size;
+	return 0;
+}
+
+int lbi_manifest_blobs(int layoutfd, const char *manifest_hex, uint64_t size, const struct lb_image_limits *l,
+		       struct lbi_blob **ret, size_t *ret_n, struct lb_error *err)
+{
+	struct desc md = { .size = size };
+	memcpy(md.hex, manifest_hex, 65);
+	_cleanup_yajl_ yajl_val m = NULL;
+	int r = read_verified_json(layoutfd, &md, l->max_json_bytes, "manifest", NULL, &m, err);
+	if (r < 0)
+		return r;
+	yajl_val layers = get(m, "layers");
+	if (!YAJL_IS_ARRAY(layers) || layers->u.array.len == 0 || layers->u.array.len > l->max_layers)
+		return lb_error_setx(err, EBADMSG, "manifest sha256:%s: no layers or more than %llu", manifest_hex,
+				     (unsigned long long)l->max_layers);
+	size_t n = layers->u.array.len + 1;
+	_cleanup_free_ struct lbi_blob *b = calloc(n, sizeof(*b));
+	if (!b)
+		return lb_error_set(err, ENOMEM, "manifest");
+	struct desc d;
+	r = parse_desc(get(m, "config"), "manifest config descriptor", &d, err);
+	if (r < 0)
+		return r;
+	if (d.size > l->max_json_bytes)
+		return lb_error_setx(err, EFBIG, "config sha256:%s: too large", d.hex);
+	memcpy(b[0].hex, d.hex, 65);
+	b[0].size = d.size;
+	for (size_t i = 1; i < n; i++) {
+		r = parse_desc(layers->u.array.values[i - 1], "layer descriptor", &d, err);
+		if (r < 0)
+			return r;
+		if (!layer_media_type_ok(d.media_type))
+			return lb_error_setx(err, EBADMSG, "layer sha256:%s: unsupported media type %.120s", d.hex,
+					     d.media_type);
+		memcpy(b[i].hex, d.hex, 65);
+		b[i].size = d.size;
+	}
+	*ret = TAKE_PTR(b);
+	*ret_n = n;
+	return 0;
+}
+
+int lbi_plan_load_manifest(int layoutfd, const char *manifest_hex, uint64_t size, const struct lb_image_limits *l,
+			   struct lbi_plan *p, struct lb_error *err)
+{
+	*p = (struct lbi_plan){ 0 };
+	struct desc md = { .size = size };
+	memcpy(md.hex, manifest_hex, 65);
+	return plan_from_manifest(layoutfd, &md, l, p, err);
+}
+
 void lbi_plan_free(struct lbi_plan *p)
 {
 	free(p->layers);

@@ -31,6 +31,21 @@ int lbi_plan_load(int layoutfd, const char *ref_name, const struct lb_image_limi
 		  struct lb_error *err);
 void lbi_plan_free(struct lbi_plan *p);
 
+/* For pulls, whose blobs arrive in a layout one by one: */
+struct lbi_blob {
+	char hex[65];
+	uint64_t size;
+};
+/* Reads the verified index blob and picks this platform's manifest (nested indexes must already be present). */
+int lbi_index_pick(int layoutfd, const char *index_hex, uint64_t size, const struct lb_image_limits *l,
+		   char ret_hex[65], uint64_t *ret_size, struct lb_error *err);
+/* The config's and layers' descriptors of a verified manifest blob, config first; *ret is the caller's. */
+int lbi_manifest_blobs(int layoutfd, const char *manifest_hex, uint64_t size, const struct lb_image_limits *l,
+		       struct lbi_blob **ret, size_t *ret_n, struct lb_error *err);
+/* lbi_plan_load() for one given manifest blob. */
+int lbi_plan_load_manifest(int layoutfd, const char *manifest_hex, uint64_t size, const struct lb_image_limits *l,
+			   struct lbi_plan *p, struct lb_error *err);
+
 /* "amd64" or "arm64". */
 const char *lbi_host_arch(void);
 

@@ -503,6 +503,57 @@ static int unpack_plan(struct lb_images *s, int layoutfd, const struct lbi_plan 
 	return 0;
 }
 
+int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *plan, const char *name,
+		      struct lb_image_info **ret_info, struct lb_error *err)
+{
+	char work[64] = "";
+	int r;
+	if (!image_present(s, plan->config_hex)) {
+		r = make_tmp(s, "import", work, sizeof(work), err);
+		if (r < 0)
+			goto out;
+		r = unpack_plan(s, layoutfd, plan, work, err);
+		if (r < 0)
+			goto out;
+		char from[128], to[128];
+		snprintf(from, sizeof(from), "tmp/%s", work);
+		snprintf(to, sizeof(to), "images/%s", plan->config_hex);
+		if (renameat(s->rootfd, from, s->rootfd, to) < 0) {
+			if (errno != EEXIST && errno != ENOTEMPTY) {
+				r = lb_error_set(err, errno, "publishing images/%s", plan->config_hex);
+				goto out;
+			}
+			/* A concurrent import of the same image won: its tree is identical by construction. */
+		} else {
+			work[0] = '\0';
+		}
+	}
+	if (name) {
+		r = set_name(s, name, plan->config_hex, err);
+		if (r < 0)
+			goto out;
+	}
+	if (ret_info) {
+		struct lb_image_info *info = NULL;
+		r = read_image_json(s, plan->config_hex, &info);
+		if (r < 0) {
+			r = lb_error_set(err, r, "reading images/%s/image.json", plan->config_hex);
+			goto out;
+		}
+		r = collect_names(s, plan->config_hex, info);
+		if (r < 0) {
+			lb_image_info_free(info);
+			r = lb_error_set(err, r, "listing names");
+			goto out;
+		}
+		*ret_info = info;
+	}
+	r = 0;
+out:
+	remove_tmp(s, work);
+	return r;
+}
+
 int lb_image_import(struct lb_images *s, const char *path, const char *ref_name, const char *name,
 		    struct lb_image_info **ret_info, struct lb_error *err)
 {
@@ -516,7 +567,7 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 			return r;
 	}
 
-	char stage[64] = "", work[64] = "";
+	char stage[64] = "";
 	_cleanup_close_ int layoutfd = -1;
 	struct lbi_plan plan = { 0 };
 	int r;
@@ -543,55 +594,17 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 	r = lbi_plan_load(layoutfd, ref_name, &s->limits, &plan, err);
 	if (r < 0)
 		goto out;
-	if (!image_present(s, plan.config_hex)) {
-		if (stage[0]) {
-			r = lbi_source_extract(path, layoutfd, s->limits.max_json_bytes, true, &s->limits, err);
-			if (r < 0)
-				goto out;
-		}
-		r = make_tmp(s, "import", work, sizeof(work), err);
-		if (r < 0)
-			goto out;
-		r = unpack_plan(s, layoutfd, &plan, work, err);
-		if (r < 0)
-			goto out;
-		char from[128], to[128];
-		snprintf(from, sizeof(from), "tmp/%s", work);
-		snprintf(to, sizeof(to), "images/%s", plan.config_hex);
-		if (renameat(s->rootfd, from, s->rootfd, to) < 0) {
-			if (errno != EEXIST && errno != ENOTEMPTY) {
-				r = lb_error_set(err, errno, "publishing images/%s", plan.config_hex);
-				goto out;
-			}
-			/* A concurrent import of the same image won: its tree is identical by construction. */
-		} else {
-			work[0] = '\0';
-		}
-	}
-	if (name) {
-		r = set_name(s, name, plan.config_hex, err);
+	if (stage[0] && !image_present(s, plan.config_hex)) {
+		r = lbi_source_extract(path, layoutfd, s->limits.max_json_bytes, true, &s->limits, err);
 		if (r < 0)
 			goto out;
 	}
-	if (ret_info) {
-		struct lb_image_info *info = NULL;
-		r = read_image_json(s, plan.config_hex, &info);
-		if (r < 0) {
-			r = lb_error_set(err, r, "reading images/%s/image.json", plan.config_hex);
-			goto out;
-		}
-		r = collect_names(s, plan.config_hex, info);
-		if (r < 0) {
-			lb_image_info_free(info);
-			r = lb_error_set(err, r, "listing names");
-			goto out;
-		}
-		*ret_info = info;
-	}
+	r = lbi_store_publish(s, layoutfd, &plan, name, ret_info, err);
+	if (r < 0)
+		goto out;
 	r = 0;
 out:
 	lbi_plan_free(&plan);
-	remove_tmp(s, work);
 	remove_tmp(s, stage);
 	return r;
 }

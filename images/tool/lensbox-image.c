@@ -7,6 +7,7 @@
  *
  *   lensbox-image [--root DIR] [--max-bytes N] [--max-entries N] [--max-path N] COMMAND ...
  *     import FILE|DIR [--name NAME] [--ref REFNAME]   OCI layout (dir or tar) or docker save archive
+ *     pull REF [--insecure-registry H]... [--ca-file F] [--credentials F] [--parallel N]
  *     ls [--json]
  *     inspect REF                                     JSON of the image's metadata
  *     tag REF NAME
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <yajl/yajl_gen.h>
 
 #include "lb/images.h"
@@ -26,13 +28,15 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: lensbox-image [--root DIR] [--max-bytes N] [--max-entries N] [--max-path N] COMMAND ...\n"
-		   "  import FILE|DIR [--name NAME] [--ref REFNAME]\n"
-		   "  ls [--json]\n"
-		   "  inspect REF\n"
-		   "  tag REF NAME\n"
-		   "  rm REF\n"
-		   "image root default: " LB_IMAGES_DEFAULT_ROOT " (or $LENSBOX_IMAGE_ROOT)\n");
+	fprintf(f,
+		"usage: lensbox-image [--root DIR] [--max-bytes N] [--max-entries N] [--max-path N] COMMAND ...\n"
+		"  import FILE|DIR [--name NAME] [--ref REFNAME]\n"
+		"  pull REF [--insecure-registry HOST[:PORT]]... [--ca-file FILE] [--credentials FILE] [--parallel N]\n"
+		"  ls [--json]\n"
+		"  inspect REF\n"
+		"  tag REF NAME\n"
+		"  rm REF\n"
+		"image root default: " LB_IMAGES_DEFAULT_ROOT " (or $LENSBOX_IMAGE_ROOT)\n");
 }
 
 /* Logs a failed operation with the errno's name as a field, so scripts and tests can tell refusals apart. */
@@ -124,6 +128,17 @@ static void print_json(struct lb_image_info **list, size_t n, bool array)
 	yajl_gen_free(g);
 }
 
+/* One line per finished blob; on a terminal, a progress line per blob that rewrites itself. */
+static void progress(const char *hex, uint64_t done, uint64_t total, void *ud)
+{
+	bool tty = *(bool *)ud;
+	if (tty)
+		fprintf(stderr, "\r%.12s %6.1f / %6.1f MB%s", hex, (double)done / 1e6, (double)total / 1e6,
+			done == total ? "\n" : "");
+	else if (done == total)
+		fprintf(stderr, "blob %.12s: %" PRIu64 " bytes\n", hex, total);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -206,6 +221,42 @@ int main(int argc, char **argv)
 		r = lb_image_import(s, file, ref, name, &info, &err);
 		if (r < 0) {
 			fail("import", &err);
+			status = 1;
+			goto done;
+		}
+		const char *w = lb_image_info_warning(info);
+		if (w)
+			lb_warn(NULL, "%s", w);
+		printf("%s %s\n", info->config_digest, info->rootfs);
+		lb_image_info_free(info);
+	} else if (!strcmp(cmd, "pull") && optind < argc) {
+		const char *ref = argv[optind];
+		const char *insecure[17] = { 0 };
+		size_t n_insecure = 0;
+		bool tty = isatty(STDERR_FILENO);
+		struct lb_pull_opts po = { .progress = progress, .progress_ud = &tty };
+		for (int i = optind + 1; i < argc; i++) {
+			uint64_t v = 0;
+			if (!strcmp(argv[i], "--insecure-registry") && i + 1 < argc && n_insecure < 16)
+				insecure[n_insecure++] = argv[++i];
+			else if (!strcmp(argv[i], "--ca-file") && i + 1 < argc)
+				po.ca_file = argv[++i];
+			else if (!strcmp(argv[i], "--credentials") && i + 1 < argc)
+				po.credentials_file = argv[++i];
+			else if (!strcmp(argv[i], "--parallel") && i + 1 < argc && parse_u64(argv[++i], &v) == 0 &&
+				 v > 0 && v <= 16)
+				po.max_parallel = (unsigned)v;
+			else {
+				usage(stderr);
+				status = 2;
+				goto done;
+			}
+		}
+		po.insecure_registries = insecure;
+		struct lb_image_info *info = NULL;
+		r = lb_image_pull(s, ref, &po, &info, &err);
+		if (r < 0) {
+			fail("pull", &err);
 			status = 1;
 			goto done;
 		}

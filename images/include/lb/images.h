@@ -121,4 +121,23 @@ int lb_image_tag(struct lb_images *s, const char *ref, const char *name, struct 
 int lb_image_remove(struct lb_images *s, const char *ref, bool (*in_use)(const char *config_digest, void *userdata),
 		    void *userdata, struct lb_error *err);
 
+/* Pull options; every field may be zero/NULL. */
+struct lb_pull_opts {
+	const char *ca_file;			/* CA bundle for HTTPS registries (NULL: the system's) */
+	const char *const *insecure_registries; /* NULL-terminated "host[:port]" list reached over plain HTTP */
+	const char *credentials_file;		/* Docker config.json shape: {"auths": {"host:port": {"auth": …}}} */
+	unsigned max_parallel;			/* concurrent blob downloads (0: 3, at most 16) */
+	/* Called as bytes of a blob arrive (digest hex, bytes so far, total). */
+	void (*progress)(const char *hex, uint64_t done, uint64_t total, void *userdata);
+	void *progress_ud;
+};
+
+/* Pulls ref (see lb_image_ref_parse) from its registry with the OCI distribution API, verifying every manifest and
+ * blob, into <root>/layout/blobs (shared by digest between images; partial downloads resume), then imports it as
+ * lb_image_import() does and names it ref's canonical form. Errors: -EACCES authentication refused, -ENOENT no such
+ * image or no manifest for this platform, -EBADMSG content does not match its digest, -EIO network or HTTP errors;
+ * err names the registry, blob and step. */
+int lb_image_pull(struct lb_images *s, const char *ref, const struct lb_pull_opts *opts,
+		  struct lb_image_info **ret_info, struct lb_error *err);
+
 #endif
