@@ -274,3 +274,15 @@ def test_runs(fake):
     p = lb(fake, "runs", "r1", "--limit", "1")
     assert fake.requests[-1].path == "/v1/runs?limit=1&sandbox=r1"
     assert len(p.stdout.decode().splitlines()) == 2
+
+
+def test_files_says_how_many_were_left_out(fake):
+    fake.add("big")
+    listing = {"files": [{"path": f"f{i:04d}", "type": "file", "size": i, "modified_at": None} for i in range(1000)],
+               "more": 99000}
+    fake.next_raw = (200, json.dumps(listing).encode(), "application/json")
+    p = lb(fake, "files", "big")
+    lines = p.stdout.decode().splitlines()
+    assert p.returncode == 0 and len(lines) == 1 + 1000 + 1
+    assert lines[1].split() == ["file", "0", "B", "-", "f0000"]
+    assert lines[-1] == "… and 99000 more not shown"
