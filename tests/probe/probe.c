@@ -786,6 +786,7 @@ static int op_sethostname(char **a)
 }
 
 /* i386 entry through int 0x80: the kernel's compat table, AUDIT_ARCH_I386. */
+#if defined(__x86_64__)
 static long do_int80(char **a)
 {
 	long nr = a[0] ? num(a[0]) : 20 /* getpid */, ret;
@@ -796,6 +797,14 @@ static long do_int80(char **a)
 	}
 	return 0;
 }
+#else
+static long do_int80(char **a)
+{
+	(void)a;
+	errno = ENOTSUP; /* there is no i386 entry point to attack on this architecture */
+	return -1;
+}
+#endif
 /* x32 ABI: the 64-bit entry with __X32_SYSCALL_BIT set in the number. */
 static long do_x32(char **a)
 {

@@ -284,6 +284,10 @@ static void test_argument_rules(void **state)
 
 int main(void)
 {
+#if !defined(__x86_64__)
+	fprintf(stderr, "test_seccomp_table checks x86_64 syscall numbers; port it before trusting it here\n");
+	return 1;
+#endif
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_syscall_number),
 		cmocka_unit_test(test_foreign_architectures_killed),
