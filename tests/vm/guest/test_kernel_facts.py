@@ -10,9 +10,10 @@ import platform
 
 import pytest
 
-if os.environ.get("LENSBOX_VM_LANE") != "1":
-    pytest.skip("runs in the VM lane guest only (tests/vm/run-vm); the host lane is tests/vm/test_vm_lane.py",
-                allow_module_level=True)
+import vmfacts
+from vmfacts import expected_abi
+
+vmfacts.skip_unless_guest()
 
 CG = "/sys/fs/cgroup"
 UNIT = os.environ["LENSBOX_VM_SYSTEMD_UNIT"]
@@ -74,17 +75,6 @@ def test_a_child_cgroup_has_every_limit_file():
 def landlock_abi():
     r = libc.syscall(SYS_landlock_create_ruleset, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))
     return r if r >= 0 else -ctypes.get_errno()
-
-
-# The Landlock ABI each VM lane kernel offers (Debian bookworm 6.1, bookworm-backports 6.12).
-EXPECTED_ABI = {"6.1": 2, "6.12": 6}
-
-
-def expected_abi():
-    series = ".".join(platform.release().split(".")[:2])
-    if series not in EXPECTED_ABI:
-        pytest.fail(f"kernel {platform.release()} is not one the VM lane knows; add its Landlock ABI to EXPECTED_ABI")
-    return EXPECTED_ABI[series]
 
 
 def test_landlock_abi_is_the_kernels():
