@@ -23,6 +23,7 @@
 
 #include "api.h"
 #include "files.h"
+#include "output.h"
 #include "lb/cleanup.h"
 #include "lb/log.h"
 #include "lb/units.h"
@@ -32,66 +33,6 @@ static const struct lbd_jfield run_fields[] = {
 	{ "language", LBD_J_STRING },  { "source", LBD_J_STRING },  { "timeout_seconds", LBD_J_INT },
 	{ "output_limit", LBD_J_INT }, { "sandbox", LBD_J_OBJECT },
 };
-
-/* Length of buf without a UTF-8 sequence cut off at its end (the capture window ended inside it). */
-static size_t trim_cut_end(const char *buf, size_t len)
-{
-	for (size_t back = 1; back <= 3 && back <= len; back++) {
-		unsigned char c = (unsigned char)buf[len - back];
-		if ((c & 0xC0) == 0x80)
-			continue; /* a continuation byte: keep looking for its lead */
-		size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-		return need > back ? len - back : len;
-	}
-	return len;
-}
-
-/* Offset past continuation bytes at the start of buf (the capture window began inside a sequence). */
-static size_t skip_cut_start(const char *buf, size_t len)
-{
-	size_t i = 0;
-	while (i < 3 && i < len && ((unsigned char)buf[i] & 0xC0) == 0x80)
-		i++;
-	return i;
-}
-
-struct cut {
-	char *text; /* valid UTF-8, malloc'ed */
-	size_t len;
-	bool truncated;
-};
-
-static int cut_output(const char *buf, size_t len, uint64_t total, size_t limit, bool head, struct cut *ret)
-{
-	bool window_cut = total > len;
-	size_t start = 0, end = len;
-	if (window_cut) {
-		if (head)
-			end = trim_cut_end(buf, len);
-		else
-			start = skip_cut_start(buf, len);
-	}
-	size_t clen;
-	char *clean = lb_utf8_sanitize(buf ? buf + start : "", end - start, &clen);
-	if (!clean)
-		return -ENOMEM;
-	size_t chars = lb_utf8_count(clean, clen);
-	ret->truncated = window_cut || chars > limit;
-	if (chars > limit) {
-		if (head) {
-			clen = lb_utf8_head(clean, clen, limit);
-			clean[clen] = '\0';
-		} else {
-			size_t off = lb_utf8_tail(clean, clen, limit);
-			memmove(clean, clean + off, clen - off);
-			clen -= off;
-			clean[clen] = '\0';
-		}
-	}
-	ret->text = clean;
-	ret->len = clen;
-	return 0;
-}
 
 static const char *signal_name(int sig)
 {
@@ -295,9 +236,9 @@ release:
 	if (!ran)
 		goto out;
 
-	struct cut out = { 0 }, errc = { 0 };
-	if (cut_output(x.stdout_buf, x.stdout_len, x.stdout_total, (size_t)limit, true, &out) < 0 ||
-	    cut_output(x.stderr_buf, x.stderr_len, x.stderr_total, (size_t)limit, false, &errc) < 0) {
+	struct lbd_cut out = { 0 }, errc = { 0 };
+	if (lbd_cut_output(x.stdout_buf, x.stdout_len, x.stdout_total, (size_t)limit, true, &out) < 0 ||
+	    lbd_cut_output(x.stderr_buf, x.stderr_len, x.stderr_total, (size_t)limit, false, &errc) < 0) {
 		free(out.text);
 		lb_exec_result_free(&x);
 		lbd_res_error(res, 500, "internal", "Out of memory while preparing the output.");

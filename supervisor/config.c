@@ -282,8 +282,11 @@ int lbd_config_load(struct lbd_config *cfg, const char *path, bool missing_ok, s
 	if (memchr(buf, '\0', len))
 		return lb_error_setx(err, EINVAL, "%s: contains a NUL byte", path);
 	unsigned line_no = 0;
-	char *save = NULL;
-	for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+	/* Line by line, empty lines included, so the numbers in messages are the file's. */
+	for (char *line = buf, *next; line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
 		line_no++;
 		char *hash = strchr(line, '#');
 		if (hash)
