@@ -59,8 +59,9 @@ int lb_nft_remove_slot(unsigned slot, struct lb_error *err);
 /* Slots that have any object in the table: bitmap of n bits set (caller's array of n bools). */
 int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err);
 int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err);
-/* Whether some other table has a forward base chain with policy drop; describes the first in desc. */
-int lb_nft_foreign_forward_drop(bool *ret, char *desc, size_t size);
+/* Whether some other table has a base chain on hook_name ("forward", "input") with policy drop; describes the
+ * first in desc. */
+int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t size);
 
 /* ---- veth.c: libnl-3 ---- */
 

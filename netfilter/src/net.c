@@ -562,7 +562,8 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	*h = (struct lb_net_health){ 0 };
 	struct lb_error e;
 	h->table_loaded = lb_nft_run("list table inet lensbox", NULL, &e) == 0;
-	lb_nft_foreign_forward_drop(&h->foreign_forward_drop, h->foreign_forward, sizeof(h->foreign_forward));
+	lb_nft_foreign_drop("forward", &h->foreign_forward_drop, h->foreign_forward, sizeof(h->foreign_forward));
+	lb_nft_foreign_drop("input", &h->foreign_input_drop, h->foreign_input, sizeof(h->foreign_input));
 	uint64_t fwd = 0;
 	h->ip_forward = lb_read_u64_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_forward", &fwd) == 0 && fwd == 1;
 	pthread_mutex_lock(&ctx->lock);

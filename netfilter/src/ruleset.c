@@ -310,7 +310,7 @@ int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err)
 	return lb_error_setx(err, EBADMSG, "no packet count in nft's answer for sb%u_blocked", slot);
 }
 
-int lb_nft_foreign_forward_drop(bool *ret, char *desc, size_t size)
+int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t size)
 {
 	_cleanup_free_ char *out = NULL;
 	struct lb_error e;
@@ -330,7 +330,7 @@ int lb_nft_foreign_forward_drop(bool *ret, char *desc, size_t size)
 		if (!YAJL_IS_STRING(hook) || !YAJL_IS_STRING(policy) || !YAJL_IS_STRING(table) ||
 		    !YAJL_IS_STRING(family) || !YAJL_IS_STRING(name))
 			continue;
-		if (strcmp(str_of(hook), "forward") != 0 || strcmp(str_of(policy), "drop") != 0)
+		if (strcmp(str_of(hook), hook_name) != 0 || strcmp(str_of(policy), "drop") != 0)
 			continue;
 		if (strcmp(str_of(table), "lensbox") == 0 && strcmp(str_of(family), "inet") == 0)
 			continue;

@@ -198,7 +198,6 @@ static void usage(void)
 			"       lensbox-net npm-registry\n");
 }
 
-
 static void handle(struct lb_net *ctx, char *line, bool *quit)
 {
 	char *words[64];
@@ -238,9 +237,9 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		struct lb_net_health h;
 		lb_net_health(ctx, &h);
 		printf("ok table=%d ip_forward=%d foreign_forward_drop=%d sandboxes=%u dns=%s packages=%u "
-		       "uplinks=\"%s\" forward=\"%s\"\n",
+		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\"\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
-		       h.n_package_names, h.uplinks, h.foreign_forward);
+		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);

@@ -97,3 +97,8 @@ def test_health_reports_foreign_forward_drop(world):
           input="add table ip filter\nadd chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }\n")
     h = world.ctl.cmd("health")
     assert "foreign_forward_drop=1" in h and 'forward="ip filter FORWARD (policy drop)"' in h, h
+    assert 'input=""' in h, h
+    nw.sh("nft", "-f", "-", ns=world.host,
+          input="add table inet ufwlike\nadd chain inet ufwlike in { type filter hook input priority 0; policy drop; }\n")
+    h = world.ctl.cmd("health")
+    assert 'input="inet ufwlike in (policy drop)"' in h, h

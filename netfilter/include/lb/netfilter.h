@@ -47,10 +47,12 @@ struct lb_net; /* opaque context */
 struct lb_net_health {
 	bool table_loaded;	   /* `inet lensbox` is present */
 	bool foreign_forward_drop; /* another table's forward chain has policy drop (Docker, ufw, firewalld) */
-	char foreign_forward[128]; /* e.g. "ip filter FORWARD (policy drop)"; empty when none */
-	bool ip_forward;	   /* net.ipv4.ip_forward (all interfaces) */
-	char uplinks[64];	   /* interfaces lensbox turned forwarding on for (default routes' devices) */
-	unsigned sandboxes;	   /* attached sandboxes */
+	char foreign_forward[128]; /* e.g. "ip filter FORWARD (policy drop)"; empty when none. Blocks `web`. */
+	bool foreign_input_drop;   /* the same on the input hook (ufw's default): blocks the resolver and the relay */
+	char foreign_input[128];
+	bool ip_forward;    /* net.ipv4.ip_forward (all interfaces) */
+	char uplinks[64];   /* interfaces lensbox turned forwarding on for (default routes' devices) */
+	unsigned sandboxes; /* attached sandboxes */
 	char dns_upstream[32];
 	unsigned n_package_names;
 };
