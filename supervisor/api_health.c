@@ -11,12 +11,7 @@
 #include <sys/stat.h>
 
 #include "api.h"
-
-static bool have_nftables(void)
-{
-	struct stat st;
-	return stat("/proc/net/netfilter", &st) == 0 || stat("/proc/sys/net/netfilter", &st) == 0;
-}
+#include "lb/netfilter.h"
 
 void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 {
@@ -46,9 +41,24 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 						     : "none");
 	lbd_gen_bool(g, "cgroup_v2_mounted", d->host.cgroup_v2_mounted);
 	lbd_gen_bool(g, "seccomp", d->host.seccomp);
-	lbd_gen_bool(g, "nftables", have_nftables());
+	struct lb_net_health nh = { 0 };
+	if (d->net)
+		lb_net_health(d->net, &nh);
+	lbd_gen_bool(g, "nftables", nh.table_loaded);
 	lbd_gen_bool(g, "user_namespaces", d->host.user_namespaces);
 	lbd_gen_bool(g, "loop_devices", d->host.loop_devices);
+	yajl_gen_map_close(g);
+	lbd_gen_key(g, "network");
+	yajl_gen_map_open(g);
+	lbd_gen_bool(g, "tiers_available", d->net != NULL);
+	lbd_gen_str(g, "why_not", d->net ? NULL : d->net_error);
+	if (d->net) {
+		lbd_gen_bool(g, "ip_forward", nh.ip_forward);
+		lbd_gen_str(g, "blocking_forward_chain", nh.foreign_forward_drop ? nh.foreign_forward : NULL);
+		lbd_gen_str(g, "blocking_input_chain", nh.foreign_input_drop ? nh.foreign_input : NULL);
+		lbd_gen_str(g, "dns_upstream", nh.dns_upstream);
+		lbd_gen_uint(g, "attached", nh.sandboxes);
+	}
 	yajl_gen_map_close(g);
 	lbd_gen_key(g, "sandboxes");
 	yajl_gen_map_open(g);

@@ -26,6 +26,7 @@
 #include "output.h"
 #include "lb/cleanup.h"
 #include "lb/log.h"
+#include "lb/netfilter.h"
 #include "lb/units.h"
 #include "lb/utf8.h"
 
@@ -185,8 +186,14 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 		.stdout_limit = window,
 		.stderr_limit = window,
 	};
+	uint64_t blocked0 = 0, blocked1 = 0;
+	bool networked = d->net && strcmp(row.spec.network, "off") != 0;
+	if (networked)
+		lb_net_blocked(d->net, req->name, &blocked0, NULL);
 	uint64_t t0 = lbd_mono_ms();
 	r = lb_sandbox_exec(live, &es, &x, &err);
+	if (networked && lb_net_blocked(d->net, req->name, &blocked1, NULL) == 0)
+		run.network_blocked = blocked1 > blocked0;
 	setfsgid(row.host_gid);
 	setfsuid(row.host_uid);
 	lbd_file_remove(rootfd, rel);

@@ -36,6 +36,7 @@ enum key_type {
 	K_HOURS,   /* a number of hours, or a duration string */
 	K_U32,
 	K_LOGLEVEL,
+	K_BOOL,
 };
 
 struct key_def {
@@ -92,6 +93,11 @@ static const struct key_def keys[] = {
 	{ "body_memory", K_SIZE, FN(body_memory_bytes), 32ull << 20, 64ull << 30, "512Mi",
 	  "request bodies held in memory at once over all connections (32Mi-64Gi)" },
 	{ "log_level", K_LOGLEVEL, FN(log_level), 0, 0, "info", "debug | info | warn | error" },
+	{ "networking", K_BOOL, FN(networking), 0, 0, "on",
+	  "on: the packages and web tiers work (nftables table inet lensbox, resolver, relay); off: only network off" },
+	{ "network_pool", K_STRING, F(network_pool), 0, 0, "10.231.0.0/16", "IPv4 CIDR for the sandboxes' /30 links" },
+	{ "dns_upstream", K_STRING, F(dns_upstream), 0, 0, "",
+	  "name server the resolver and relay ask (IPv4[:port]); empty: /etc/resolv.conf's first" },
 };
 
 const char *lbd_config_key(size_t i, const char **ret_default, const char **ret_help)
@@ -217,6 +223,14 @@ int lbd_config_set(struct lbd_config *cfg, const char *key, const char *value, s
 	case K_U32:
 		r = parse_u64(value, &v);
 		break;
+	case K_BOOL:
+		if (strcmp(value, "on") == 0 || strcmp(value, "true") == 0 || strcmp(value, "yes") == 0)
+			*(bool *)(void *)field = true;
+		else if (strcmp(value, "off") == 0 || strcmp(value, "false") == 0 || strcmp(value, "no") == 0)
+			*(bool *)(void *)field = false;
+		else
+			return lb_error_setx(err, EINVAL, "`%s` must be on or off", key);
+		return 0;
 	case K_LOGLEVEL: {
 		enum lb_log_level l;
 		if (lb_log_parse_level(value, &l) < 0)
@@ -245,6 +259,7 @@ int lbd_config_set(struct lbd_config *cfg, const char *key, const char *value, s
 	case K_GIDS:
 	case K_NETWORK:
 	case K_LOGLEVEL:
+	case K_BOOL:
 		break;
 	}
 	return 0;

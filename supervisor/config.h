@@ -46,6 +46,9 @@ struct lbd_config {
 	uint32_t uid_range_count;
 	uint32_t timer_interval_ms; /* how often the idle/keep timers look */
 	uint64_t body_memory_bytes; /* request bodies held in memory at once, over every connection */
+	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
+	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
+	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
 	enum lb_log_level log_level;
 };
 

@@ -32,6 +32,7 @@
 
 struct lbd_sandbox; /* sandboxes.c */
 struct lb_images;   /* images/ */
+struct lb_net;	    /* netfilter/ */
 
 struct lbd_metrics {
 	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
@@ -52,6 +53,8 @@ struct lbd {
 	struct lb_store *store;
 	struct lb_images *images; /* NULL when the store could not be opened: runs get 503 image_unavailable */
 	pthread_mutex_t images_mu;
+	struct lb_net *net; /* NULL when networking is off or failed to start: only network "off" runs */
+	char net_error[600];
 	int64_t started_at_ms;
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
@@ -152,6 +155,15 @@ void lbd_sandboxes_tick(struct lbd *d);
 
 /* Number of runs in progress and the sandbox table figures, for health. */
 void lbd_sandboxes_counts(struct lbd *d, uint64_t *ret_running, uint64_t *ret_in_flight);
+
+/* ---- network.c ---- */
+
+/* Starts netfilter/ when networking is on (after reconciliation: removes every veth and rule left by an earlier
+ * instance). A failure is not fatal: d->net_error says why packages and web are unavailable. */
+void lbd_network_start(struct lbd *d);
+void lbd_network_stop(struct lbd *d);
+/* Why sandboxes of tier `network` cannot start here, or NULL. */
+const char *lbd_network_unavailable(const struct lbd *d, const char *network);
 
 /* ---- timers.c ---- */
 int lbd_timers_start(struct lbd *d, pthread_t *ret_thread, struct lb_error *err);

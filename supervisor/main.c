@@ -237,6 +237,7 @@ int main(int argc, char **argv)
 		lb_store_close(d.store);
 		return 1;
 	}
+	lbd_network_start(&d);
 	move_to_leaf_cgroup();
 
 	struct lbd_http *http = NULL;
@@ -272,6 +273,7 @@ int main(int argc, char **argv)
 	lbd_http_stop(http);
 	pthread_join(timer, NULL);
 	lbd_sandboxes_shutdown(&d);
+	lbd_network_stop(&d);
 	lb_store_close(d.store);
 	lbd_images_close(&d);
 	lb_policy_free(d.policy);

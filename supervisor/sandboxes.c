@@ -30,6 +30,7 @@
 
 #include "lb/cleanup.h"
 #include "lb/images.h"
+#include "lb/netfilter.h"
 #include "lb/log.h"
 #include "lb/units.h"
 #include "lensboxd.h"
@@ -217,6 +218,15 @@ static int stop_locked(struct lbd *d, struct lbd_sandbox *sb, const char *why)
 	if (!sb->live)
 		return 0;
 	uint64_t t0 = lbd_mono_ms();
+	if (d->net) {
+		struct lb_error nerr = { 0 };
+		int nr = lb_net_detach(d->net, sb->name, &nerr);
+		if (nr < 0 && nr != -ENOENT) {
+			char nf[700];
+			log_fields(nf, sizeof(nf), sb->name, "error=\"%s\"", nerr.msg);
+			lb_warn(nf, "removing the sandbox's network failed");
+		}
+	}
 	pthread_rwlock_wrlock(&sb->live_lock); /* waits for file transfers in progress */
 	struct lb_error err = { 0 };
 	int r = lb_sandbox_stop(sb->live, &err); /* frees the handle whatever happens */
@@ -333,6 +343,12 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		lbd_fail_set(f, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
 		return -ENOSYS;
 	}
+	why = lbd_network_unavailable(d, row->spec.network);
+	if (why) {
+		lbd_fail_set(f, 503, "host_unavailable", "Sandboxes with network `%s` cannot run here: %s.",
+			     row->spec.network, why);
+		return -ENOSYS;
+	}
 	struct lbd_image img;
 	struct lb_error err = { 0 };
 	int r = lbd_image_resolve(d, row->spec.image, &img, &err);
@@ -364,6 +380,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 			    .shm_bytes = lp->shm_bytes },
 		.network = tier_of(row->spec.network),
 		.image_env = (const char *const *)img.info->env,
+		.resolv_conf = lb_net_resolv_conf(row->spec.network),
 		.policy = d->policy,
 	};
 	uint64_t t0 = lbd_mono_ms();
@@ -382,6 +399,24 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
 		lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
 		return r;
+	}
+	if (d->net) {
+		/* The host side of its network: a veth, its tier's rules (or only lo for "off"). */
+		int nsfd = lb_sandbox_netns_fd(live);
+		struct lb_error nerr = { 0 };
+		r = nsfd < 0 ? lb_error_set(&nerr, nsfd, "opening the sandbox's network namespace")
+			     : lb_net_attach(d->net, sb->name, nsfd, row->spec.network, NULL, &nerr);
+		if (nsfd >= 0)
+			close(nsfd);
+		if (r < 0) {
+			lb_sandbox_stop(live, NULL);
+			release_slot(d);
+			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", nerr.msg);
+			lb_error(lf, "attaching the sandbox's network failed");
+			lbd_fail_set(f, 503, "host_unavailable", "The sandbox's network (%s) could not be set up: %s",
+				     row->spec.network, nerr.msg);
+			return r;
+		}
 	}
 	pthread_rwlock_wrlock(&sb->live_lock);
 	pthread_mutex_lock(&d->table_mu);

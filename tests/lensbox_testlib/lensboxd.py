@@ -89,6 +89,8 @@ class Daemon:
             "uid_range_count": "10000",
             "timer_interval_ms": "200",
             "log_level": "info",
+            # netfilter/ owns one host-wide nftables table: only tests about the network tiers turn it on
+            "networking": "off",
         }
         self.settings.update(settings or {})
         self.proc = None

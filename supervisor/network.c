@@ -1,0 +1,58 @@
+/*
+ * network.c — lensboxd's use of netfilter/: starting it, and why a tier is unavailable.
+ *
+ * Runs in lensboxd (root) in the host's network namespace, at start-up and shutdown (single-threaded then). The
+ * per-sandbox work (attach after start, detach before stop, blocked-packet counters around a run) is done where
+ * the sandbox's turn is held, in sandboxes.c and api_runs.c; netfilter/ serialises its own state.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "lb/log.h"
+#include "lb/netfilter.h"
+#include "lensboxd.h"
+
+void lbd_network_start(struct lbd *d)
+{
+	if (!d->cfg.networking) {
+		snprintf(d->net_error, sizeof(d->net_error),
+			 "networking is off in lensboxd's configuration (networking = off)");
+		return;
+	}
+	if (!d->policy) {
+		snprintf(d->net_error, sizeof(d->net_error), "the policy did not load");
+		return;
+	}
+	struct lb_net_config nc = {
+		.policy_dir = d->cfg.policy_dir,
+		.pool = d->cfg.network_pool,
+		.dns_upstream = d->cfg.dns_upstream[0] ? d->cfg.dns_upstream : NULL,
+	};
+	struct lb_error err = { 0 };
+	if (lb_net_init(&nc, &d->net, &err) < 0) {
+		snprintf(d->net_error, sizeof(d->net_error), "the network tiers could not start: %s", err.msg);
+		lb_error(NULL, "%s", d->net_error);
+		d->net = NULL;
+		return;
+	}
+	/* No sandbox survives a restart (reconciliation stopped them all), so every veth and rule left is stale. */
+	unsigned removed = 0;
+	if (lb_net_reconcile(d->net, NULL, 0, &removed, &err) < 0)
+		lb_warn(NULL, "removing stale sandbox networks: %s", err.msg);
+	char f[64];
+	snprintf(f, sizeof(f), "removed=%u", removed);
+	lb_info(f, "network tiers ready");
+}
+
+void lbd_network_stop(struct lbd *d)
+{
+	lb_net_free(d->net);
+	d->net = NULL;
+}
+
+const char *lbd_network_unavailable(const struct lbd *d, const char *network)
+{
+	if (strcmp(network, "off") == 0 || d->net)
+		return NULL;
+	return d->net_error;
+}
