@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,6 +284,29 @@ static int create_file(const char *path, struct lb_error *err)
 	return 0;
 }
 
+/* Takes <path>.lock exclusively, so a second lensboxd on the same state directory is refused at start instead of
+ * reconciling (killing) the first one's sandboxes and handing out its uids. A separate file, because SQLite's own
+ * POSIX locks on the database are dropped whenever any descriptor of it is closed; flock() on another file never
+ * interferes with them. The kernel releases it when the process dies, however it dies. */
+static int take_lock(const char *path, int *ret_fd, struct lb_error *err)
+{
+	_cleanup_free_ char *lock_path = NULL;
+	if (asprintf(&lock_path, "%s.lock", path) < 0)
+		return lb_error_set(err, ENOMEM, "locking the state database");
+	/* Safe as root: O_NOFOLLOW refuses a planted symlink; the file holds nothing, only its lock matters. */
+	_cleanup_close_ int fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return lb_error_set(err, errno, "opening %s", lock_path);
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno == EWOULDBLOCK)
+			return lb_error_setx(
+			    err, EBUSY, "another process (another lensboxd?) has the state database %s open", path);
+		return lb_error_set(err, errno, "locking %s", lock_path);
+	}
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
 static int configure(struct lb_store *s, struct lb_error *err)
 {
 	int on = 1;
@@ -319,10 +343,15 @@ int lb_store_open(const struct lb_store_config *cfg, struct lb_store **ret, stru
 	int r = create_file(path, err);
 	if (r < 0)
 		return r;
+	_cleanup_close_ int lock_fd = -1;
+	r = take_lock(path, &lock_fd, err);
+	if (r < 0)
+		return r;
 
 	_cleanup_free_ struct lb_store *s = calloc(1, sizeof(*s));
 	if (!s)
 		return lb_error_set(err, ENOMEM, "opening the store");
+	s->lock_fd = -1;
 	s->uid_base = cfg->uid_base;
 	s->uid_count = cfg->uid_count;
 
@@ -347,6 +376,7 @@ int lb_store_open(const struct lb_store_config *cfg, struct lb_store **ret, stru
 		sqlite3_close(s->db);
 		return lb_error_set(err, r, "opening the store: creating its lock");
 	}
+	s->lock_fd = TAKE_FD(lock_fd);
 	*ret = TAKE_PTR(s);
 	return 0;
 }
@@ -356,6 +386,8 @@ void lb_store_close(struct lb_store *s)
 	if (!s)
 		return;
 	sqlite3_close(s->db); /* every statement is finalised by the function that prepared it */
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* after the database is closed: the next lensboxd may start */
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }

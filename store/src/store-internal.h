@@ -16,6 +16,7 @@
 
 struct lb_store {
 	sqlite3 *db;
+	int lock_fd; /* <path>.lock, flock()ed for as long as the store is open: one lensboxd per state database */
 	pthread_mutex_t lock;
 	uint32_t uid_base;
 	uint32_t uid_count;

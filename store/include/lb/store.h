@@ -148,7 +148,9 @@ struct lb_store_counts {
 
 /* Opens (creating if needed, mode 0600, never through a symlink) the database at cfg->path, applies every pending
  * migration in order inside one transaction each, and returns the store. A database written by a newer lensbox
- * (schema version above what this build knows) is refused with -EPROTO rather than guessed at. */
+ * (schema version above what this build knows) is refused with -EPROTO rather than guessed at. The store holds an
+ * exclusive flock() on "<path>.lock" until it is closed: a second opener (another lensboxd on the same state
+ * directory) gets -EBUSY. */
 int lb_store_open(const struct lb_store_config *cfg, struct lb_store **ret, struct lb_error *err);
 
 /* Closes the connection and frees the store. Accepts NULL. No call may be in progress. */

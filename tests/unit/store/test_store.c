@@ -57,8 +57,8 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 	lb_store_close(f->s);
 	char p[160];
-	const char *suffixes[] = { "", "-wal", "-shm" };
-	for (size_t i = 0; i < 3; i++) {
+	const char *suffixes[] = { "", "-wal", "-shm", ".lock" };
+	for (size_t i = 0; i < 4; i++) {
 		snprintf(p, sizeof(p), "%s%s", f->path, suffixes[i]);
 		unlink(p);
 	}
@@ -180,6 +180,21 @@ static void symlinked_db_is_refused(void **state)
 	assert_null(s);
 	assert_int_equal(access("/tmp/lb-store-victim-never-created", F_OK), -1);
 	unlink(link);
+}
+
+static void second_opener_is_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct lb_store_config cfg = { .path = f->path, .uid_base = 200000, .uid_count = 8 };
+	struct lb_error err = { 0 };
+	struct lb_store *s = NULL;
+	assert_int_equal(lb_store_open(&cfg, &s, &err), -EBUSY);
+	assert_null(s);
+	assert_non_null(strstr(err.msg, "another process"));
+	/* once the first one closes, the next may open */
+	lb_store_close(f->s);
+	f->s = NULL;
+	assert_int_equal(lb_store_open(&cfg, &f->s, &err), 0);
 }
 
 static void bad_config_is_refused(void **state)
@@ -776,6 +791,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(reopen_keeps_rows_and_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(symlinked_db_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(second_opener_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(bad_config_is_refused, setup, teardown),
 		cmocka_unit_test(names),
 		cmocka_unit_test_setup_teardown(put_get_update, setup, teardown),
