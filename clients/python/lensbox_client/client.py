@@ -457,7 +457,8 @@ class Client:
     # ---- files ----
 
     def files(self, name: str, path: str = "", *, recursive: bool = True) -> FileList:
-        """What the sandbox holds under `path` (the top by default), at most 1000 entries (`more` counts the rest)."""
+        """What the sandbox holds under `path` (the top by default), recursively unless recursive=False, at most 1000
+        entries (`more` counts the rest). SandboxError 404 sandbox_not_found before its first run."""
         q: Dict[str, str] = {"recursive": "true" if recursive else "false"}
         if path:
             q["path"] = check_path(path)
