@@ -347,9 +347,9 @@ static int load_credentials(struct puller *p)
 			static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 			size_t o = 0;
 			for (int i = 0; i < n; i += 3) {
-				unsigned x = (unsigned char)plain[i] << 16;
+				unsigned x = (unsigned)(unsigned char)plain[i] << 16;
 				if (i + 1 < n)
-					x |= (unsigned char)plain[i + 1] << 8;
+					x |= (unsigned)(unsigned char)plain[i + 1] << 8;
 				if (i + 2 < n)
 					x |= (unsigned char)plain[i + 2];
 				p->basic[o++] = b64[(x >> 18) & 63];
