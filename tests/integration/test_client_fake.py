@@ -267,3 +267,11 @@ def test_files_without_spec_still_ensure_first(box, fake):
     assert [(q.method, q.path, q.body) for q in fake.requests[:2]] == [
         ("PUT", "/v1/sandboxes/fresh", b"{}"), ("PUT", "/v1/sandboxes/fresh/files/a.txt", b"a")]
     assert r.sandbox_created is True, "the sandbox was created for this run, by the ensure before the upload"
+
+
+def test_socket_from_the_environment(fake, monkeypatch):
+    monkeypatch.setenv("LENSBOX_SOCKET", fake.socket_path)
+    assert Client().socket_path == fake.socket_path
+    assert Client().health()["can_run"] is True
+    monkeypatch.delenv("LENSBOX_SOCKET")
+    assert Client().socket_path == "/run/lensbox/lensboxd.sock"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import socket
 import time
@@ -276,11 +277,12 @@ Body = Union[bytes, Dict[str, Any], None]
 
 
 class Client:
-    """A client of lensboxd on `socket_path`. `timeout` bounds every request but runs, which wait for their own
-    time limit plus RUN_GRACE_SECONDS."""
+    """A client of lensboxd on `socket_path` (default: $LENSBOX_SOCKET, else /run/lensbox/lensboxd.sock, as the
+    `lensbox` command). `timeout` bounds every request but runs, which wait for their own time limit plus
+    RUN_GRACE_SECONDS."""
 
-    def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 30.0) -> None:
-        self.socket_path = socket_path
+    def __init__(self, socket_path: Optional[str] = None, timeout: float = 30.0) -> None:
+        self.socket_path = socket_path or os.environ.get("LENSBOX_SOCKET") or DEFAULT_SOCKET
         self.timeout = timeout
 
     # ---- transport ----
