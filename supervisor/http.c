@@ -34,7 +34,7 @@ struct lbd_http {
 	struct lbd *d;
 	struct MHD_Daemon *mhd;
 	int listen_fd;
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char path[256]; /* as long as the config's socket; make_socket() checked it fits sun_path */
 };
 
 /* One request's state across libmicrohttpd's calls of the access handler (all on the connection's thread). */
