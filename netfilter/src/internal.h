@@ -27,6 +27,9 @@ struct lb_slot {
 };
 
 struct lb_service; /* a running resolver or relay */
+struct relay_conn; /* one relayed connection (services.c) */
+
+#define LB_RELAY_CONNS_MAX 256
 
 struct lb_net {
 	pthread_mutex_t lock;
@@ -43,7 +46,9 @@ struct lb_net {
 	char *web_template, *packages_template;
 	char uplinks[64]; /* interfaces whose forwarding lb_net_init() turned on */
 	struct lb_service *resolver, *relay;
-	atomic_uint relay_conns; /* live relay connections (bounded) */
+	atomic_uint relay_conns;		     /* live relay connections (bounded by LB_RELAY_CONNS_MAX) */
+	struct relay_conn *live[LB_RELAY_CONNS_MAX]; /* under lock: so stopping can wake them */
+	bool stopping;				     /* under lock: no new upstream connection */
 	atomic_uint dns_inflight;
 };
 
@@ -83,6 +88,8 @@ int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void 
 int lb_resolver_start(struct lb_net *ctx, struct lb_error *err);
 int lb_relay_start(struct lb_net *ctx, struct lb_error *err);
 void lb_service_stop(struct lb_service *s);
+/* Wakes every relayed connection (shutdown of both sockets) and forbids new ones; their threads then finish. */
+void lb_relay_shutdown_all(struct lb_net *ctx);
 
 /* Asks the upstream for name's A records and keeps those outside the denied ranges (and not the host's own).
  * *ret_n may be 0; *ret_dropped counts the addresses that were refused. */

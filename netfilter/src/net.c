@@ -286,8 +286,10 @@ void lb_net_free(struct lb_net *ctx)
 		return;
 	lb_service_stop(ctx->resolver);
 	lb_service_stop(ctx->relay);
-	/* detached per-connection threads hold ctx: wait for them (each is bounded by its time-outs) */
-	for (int i = 0; i < 1000 && (atomic_load(&ctx->relay_conns) || atomic_load(&ctx->dns_inflight)); i++) {
+	/* Detached per-connection threads hold ctx: wake the relayed ones, then wait for all of them. Each is bounded
+	 * (hello 5 s, upstream connect and DNS by timeout_ms, splices end at the shutdown), so this ends. */
+	lb_relay_shutdown_all(ctx);
+	while (atomic_load(&ctx->relay_conns) || atomic_load(&ctx->dns_inflight)) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}

@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -40,7 +41,6 @@
 #include "lb/cleanup.h"
 
 #define DNS_INFLIGHT_MAX   64
-#define RELAY_CONNS_MAX	   256
 #define HELLO_MAX	   (16384 + 5)
 #define HELLO_TIMEOUT_MS   5000
 #define RELAY_IDLE_SECONDS 300
@@ -295,8 +295,59 @@ int lb_resolver_start(struct lb_net *ctx, struct lb_error *err)
 struct relay_conn {
 	struct lb_net *ctx;
 	int client;
-	int server;
+	int server; /* set under ctx->lock */
+	int index;  /* in ctx->live, -1 when not registered */
 };
+
+static bool conn_register(struct relay_conn *c)
+{
+	struct lb_net *ctx = c->ctx;
+	bool ok = false;
+	pthread_mutex_lock(&ctx->lock);
+	for (int i = 0; !ctx->stopping && i < LB_RELAY_CONNS_MAX; i++)
+		if (!ctx->live[i]) {
+			ctx->live[i] = c;
+			c->index = i;
+			ok = true;
+			break;
+		}
+	pthread_mutex_unlock(&ctx->lock);
+	return ok;
+}
+
+static void conn_unregister(struct relay_conn *c)
+{
+	pthread_mutex_lock(&c->ctx->lock);
+	if (c->index >= 0)
+		c->ctx->live[c->index] = NULL;
+	pthread_mutex_unlock(&c->ctx->lock);
+}
+
+/* Records the upstream socket, unless stopping began: then the caller closes it. */
+static bool conn_set_server(struct relay_conn *c, int fd)
+{
+	pthread_mutex_lock(&c->ctx->lock);
+	bool ok = !c->ctx->stopping;
+	if (ok)
+		c->server = fd;
+	pthread_mutex_unlock(&c->ctx->lock);
+	return ok;
+}
+
+void lb_relay_shutdown_all(struct lb_net *ctx)
+{
+	pthread_mutex_lock(&ctx->lock);
+	ctx->stopping = true;
+	for (int i = 0; i < LB_RELAY_CONNS_MAX; i++) {
+		struct relay_conn *c = ctx->live[i];
+		if (!c)
+			continue;
+		shutdown(c->client, SHUT_RDWR);
+		if (c->server >= 0)
+			shutdown(c->server, SHUT_RDWR);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
 
 static void reset_close(int fd)
 {
@@ -401,7 +452,7 @@ static void *relay_conn_main(void *arg)
 	struct sockaddr_in peer, orig;
 	socklen_t sl = sizeof(peer);
 	_cleanup_free_ uint8_t *buf = malloc(HELLO_MAX);
-	if (!buf || getpeername(c->client, (struct sockaddr *)&peer, &sl) < 0)
+	if (!buf || !conn_register(c) || getpeername(c->client, (struct sockaddr *)&peer, &sl) < 0)
 		goto out;
 	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
 		goto out;
@@ -428,9 +479,13 @@ static void *relay_conn_main(void *arg)
 	if (lb_upstream_resolve_a(ctx, name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl) < 0 || n == 0)
 		goto out;
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addrs[0] };
-	c->server = connect_timeout(&to, ctx->timeout_ms);
-	if (c->server < 0)
+	int server = connect_timeout(&to, ctx->timeout_ms);
+	if (server < 0)
 		goto out;
+	if (!conn_set_server(c, server)) {
+		close(server);
+		goto out;
+	}
 	refused = false;
 	struct timeval idle = { .tv_sec = RELAY_IDLE_SECONDS };
 	setsockopt(c->client, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
@@ -449,6 +504,7 @@ static void *relay_conn_main(void *arg)
 		pump(c->server, c->client);
 	}
 out:
+	conn_unregister(c);
 	if (refused) {
 		if (counted)
 			lb_net_count_refusal(ctx, slot);
@@ -466,6 +522,13 @@ out:
 static void *relay_main(void *arg)
 {
 	struct lb_service *s = arg;
+	/* splice(2) to a socket the other side closed raises SIGPIPE (it has no MSG_NOSIGNAL). A library must not
+	 * change the process's dispositions, so the relay's threads (this one and every thread it starts, which
+	 * inherit the mask) block it: the signal stays pending on the thread and the call fails with EPIPE. */
+	sigset_t pipe_set;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
 	for (;;) {
 		struct pollfd p[2] = { { .fd = s->fd, .events = POLLIN }, { .fd = s->stop_fd, .events = POLLIN } };
 		if (poll(p, 2, -1) < 0) {
@@ -479,7 +542,7 @@ static void *relay_main(void *arg)
 		if (fd < 0)
 			continue;
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-		if (atomic_fetch_add(&s->ctx->relay_conns, 1) >= RELAY_CONNS_MAX) {
+		if (atomic_fetch_add(&s->ctx->relay_conns, 1) >= LB_RELAY_CONNS_MAX) {
 			atomic_fetch_sub(&s->ctx->relay_conns, 1);
 			reset_close(fd);
 			continue;
@@ -491,7 +554,7 @@ static void *relay_main(void *arg)
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, 256 * 1024);
 		if (c) {
-			*c = (struct relay_conn){ .ctx = s->ctx, .client = fd, .server = -1 };
+			*c = (struct relay_conn){ .ctx = s->ctx, .client = fd, .server = -1, .index = -1 };
 			if (pthread_create(&t, &attr, relay_conn_main, c) != 0) {
 				free(c);
 				c = NULL;

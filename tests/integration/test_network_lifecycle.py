@@ -7,6 +7,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import time
 import sys
 
 import pytest
@@ -102,3 +104,23 @@ def test_health_reports_foreign_forward_drop(world):
           input="add table inet ufwlike\nadd chain inet ufwlike in { type filter hook input priority 0; policy drop; }\n")
     h = world.ctl.cmd("health")
     assert 'input="inet ufwlike in (policy drop)"' in h, h
+
+
+def test_stopping_with_an_idle_relayed_connection(world):
+    """lensbox stops promptly with a relayed connection open: the connection is woken and closed, not abandoned."""
+    sb = world.add_sandbox("hold", "packages")
+    p = subprocess.Popen(["ip", "netns", "exec", sb["ns"], nw.PY, nw.AGENT, "probe",
+                          json.dumps({"op": "hold", "host": "pypi.org", "port": 443, "sni": "pypi.org", "ca": world.ca})],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(p.stdout.readline())["held"]
+        t0 = time.monotonic()
+        assert world.ctl.cmd("quit") == "ok"
+        assert world.ctl.p.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 3.0
+        last = json.loads(p.stdout.readline())
+        assert last["ok"] and last["eof"], last  # the sandbox saw its connection end
+    finally:
+        p.kill()
+        p.wait()
+    world.ctl = None

@@ -217,6 +217,15 @@ def probe(args):
             out["status"] = int(head.split(b" ")[1]) if head else 0
             out["body"] = body[:2000].decode("utf-8", "replace")
             out["ok"] = True
+        elif op == "hold":
+            # a relayed TLS connection left idle: prints "held" once established, then waits for the peer to close
+            s = socket.create_connection((args["host"], args["port"]), timeout=30)
+            c = ssl.create_default_context(cafile=args["ca"])
+            s = c.wrap_socket(s, server_hostname=args["sni"])
+            print(json.dumps({"op": "hold", "held": True}), flush=True)
+            s.settimeout(30)
+            out["eof"] = s.recv(1) == b""
+            out["ok"] = True
         elif op == "udp":
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(args.get("timeout", 2))
