@@ -79,4 +79,14 @@ struct lbi_plan;
 int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *plan, const char *name,
 		      struct lb_image_info **ret_info, struct lb_error *err);
 
+int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_info **ret);
+int lbi_make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err);
+void lbi_remove_tmp(struct lb_images *s, const char *name);
+/* name, digest or digest prefix -> config hex; ret_name_file (may be NULL) gets the names/ entry when ref is a name */
+int lbi_resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *ret_name_file, size_t nsize,
+		    struct lb_error *err);
+int lbi_name_target(struct lb_images *s, const char *file, char hex[65]);
+/* Removes every name of images/<hex> and the image (renamed into tmp/ first). */
+int lbi_remove_image(struct lb_images *s, const char *hex, struct lb_error *err);
+
 #endif

@@ -220,6 +220,16 @@ static int write_image_json(int dirfd, const struct lbi_plan *p, const struct lb
 	r |= gen_kb(g, "has_python3", py);
 	r |= gen_kb(g, "has_bash", sh);
 	r |= gen_ku(g, "imported_at", (uint64_t)time(NULL));
+	/* the blobs this image came from, so garbage collection knows which pulled blobs are still wanted */
+	r |= gen_str(g, "blobs");
+	yajl_gen_array_open(g);
+	if (p->manifest_hex[0])
+		r |= gen_str(g, p->manifest_hex);
+	r |= gen_str(g, p->config_hex);
+	for (size_t i = 0; i < p->n_layers; i++)
+		if (p->layers[i].digest_hex[0])
+			r |= gen_str(g, p->layers[i].digest_hex);
+	yajl_gen_array_close(g);
 	yajl_gen_map_close(g);
 	const unsigned char *buf;
 	size_t len;
@@ -245,7 +255,7 @@ static char *jstrdup(yajl_val o, const char *k)
 	return strdup(v ? v->u.string : "");
 }
 
-static int read_image_json(struct lb_images *s, const char *hex, struct lb_image_info **ret)
+int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_info **ret)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "images/%s/image.json", hex);
@@ -284,6 +294,13 @@ static int read_image_json(struct lb_images *s, const char *hex, struct lb_image
 	info->imported_at = (v = jget(o, "imported_at", yajl_t_number)) ? YAJL_GET_INTEGER(v) : 0;
 	info->has_python3 = jget(o, "has_python3", yajl_t_true) != NULL;
 	info->has_bash = jget(o, "has_bash", yajl_t_true) != NULL;
+	char side[128];
+	struct stat st;
+	snprintf(side, sizeof(side), "images/%s/pinned", hex);
+	info->pinned = faccessat(s->rootfd, side, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+	snprintf(side, sizeof(side), "images/%s/last_used", hex);
+	info->last_used =
+	    fstatat(s->rootfd, side, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mtim.tv_sec : info->imported_at;
 	yajl_tree_free(o);
 	if (asprintf(&info->rootfs, "%s/images/%s/rootfs", s->root, hex) < 0)
 		info->rootfs = NULL;
@@ -311,7 +328,7 @@ static void name_to_file(const char *full, char *out, size_t outsz)
 }
 
 /* Resolves a names/ entry to its config hex. */
-static int name_target(struct lb_images *s, const char *file, char hex[65])
+int lbi_name_target(struct lb_images *s, const char *file, char hex[65])
 {
 	_cleanup_close_ int nfd = openat(s->rootfd, "names", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (nfd < 0)
@@ -367,7 +384,7 @@ static int collect_names(struct lb_images *s, const char *hex, struct lb_image_i
 	struct dirent *de;
 	while ((de = readdir(dir))) {
 		char h[65];
-		if (de->d_name[0] == '.' || name_target(s, de->d_name, h) < 0 || strcmp(h, hex))
+		if (de->d_name[0] == '.' || lbi_name_target(s, de->d_name, h) < 0 || strcmp(h, hex))
 			continue;
 		char **nv = realloc(info->names, (info->n_names + 2) * sizeof(char *));
 		if (!nv)
@@ -422,7 +439,7 @@ static bool has_program(int treefd, char *const *env, const char *prog)
 }
 
 /* A private directory under tmp/; *ret_name is its name there. */
-static int make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err)
+int lbi_make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err)
 {
 	char path[PATH_MAX];
 	if (snprintf(path, sizeof(path), "%s/tmp/%s-%d-XXXXXX", s->root, prefix, (int)getpid()) >= (int)sizeof(path))
@@ -433,7 +450,7 @@ static int make_tmp(struct lb_images *s, const char *prefix, char *ret_name, siz
 	return 0;
 }
 
-static void remove_tmp(struct lb_images *s, const char *name)
+void lbi_remove_tmp(struct lb_images *s, const char *name)
 {
 	if (!name[0])
 		return;
@@ -509,7 +526,7 @@ int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *
 	char work[64] = "";
 	int r;
 	if (!image_present(s, plan->config_hex)) {
-		r = make_tmp(s, "import", work, sizeof(work), err);
+		r = lbi_make_tmp(s, "import", work, sizeof(work), err);
 		if (r < 0)
 			goto out;
 		r = unpack_plan(s, layoutfd, plan, work, err);
@@ -533,9 +550,14 @@ int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *
 		if (r < 0)
 			goto out;
 	}
+	char digest[LB_DIGEST_MAX];
+	snprintf(digest, sizeof(digest), "sha256:%s", plan->config_hex);
+	r = lb_image_touch(s, digest, err);
+	if (r < 0)
+		goto out;
 	if (ret_info) {
 		struct lb_image_info *info = NULL;
-		r = read_image_json(s, plan->config_hex, &info);
+		r = lbi_read_image_json(s, plan->config_hex, &info);
 		if (r < 0) {
 			r = lb_error_set(err, r, "reading images/%s/image.json", plan->config_hex);
 			goto out;
@@ -550,7 +572,7 @@ int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *
 	}
 	r = 0;
 out:
-	remove_tmp(s, work);
+	lbi_remove_tmp(s, work);
 	return r;
 }
 
@@ -576,7 +598,7 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 		if (layoutfd < 0)
 			return lb_error_set(err, errno, "opening %s", path);
 	} else if (S_ISREG(st.st_mode)) {
-		r = make_tmp(s, "stage", stage, sizeof(stage), err);
+		r = lbi_make_tmp(s, "stage", stage, sizeof(stage), err);
 		if (r < 0)
 			return r;
 		layoutfd = open_tmp_child(s, stage, O_RDONLY);
@@ -605,14 +627,14 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 	r = 0;
 out:
 	lbi_plan_free(&plan);
-	remove_tmp(s, stage);
+	lbi_remove_tmp(s, stage);
 	return r;
 }
 
 /* ---- lookup, list, tag, remove ---- */
 
-static int resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *ret_name_file, size_t nsize,
-		       struct lb_error *err)
+int lbi_resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *ret_name_file, size_t nsize,
+		    struct lb_error *err)
 {
 	if (ret_name_file)
 		ret_name_file[0] = '\0';
@@ -649,7 +671,7 @@ static int resolve_ref(struct lb_images *s, const char *ref, char hex[65], char 
 		return rr;
 	char file[NAME_MAX + 1];
 	name_to_file(r.full, file, sizeof(file));
-	rr = name_target(s, file, hex);
+	rr = lbi_name_target(s, file, hex);
 	if (rr < 0 || !image_present(s, hex))
 		return lb_error_setx(err, ENOENT, "no image named %s", r.full);
 	if (ret_name_file)
@@ -660,11 +682,11 @@ static int resolve_ref(struct lb_images *s, const char *ref, char hex[65], char 
 int lb_image_inspect(struct lb_images *s, const char *ref, struct lb_image_info **ret_info, struct lb_error *err)
 {
 	char hex[65];
-	int r = resolve_ref(s, ref, hex, NULL, 0, err);
+	int r = lbi_resolve_ref(s, ref, hex, NULL, 0, err);
 	if (r < 0)
 		return r;
 	struct lb_image_info *info = NULL;
-	r = read_image_json(s, hex, &info);
+	r = lbi_read_image_json(s, hex, &info);
 	if (r < 0)
 		return lb_error_set(err, r, "reading images/%s/image.json", hex);
 	r = collect_names(s, hex, info);
@@ -691,7 +713,7 @@ int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t 
 		if (strlen(de->d_name) != 64 || !image_present(s, de->d_name))
 			continue;
 		struct lb_image_info *info = NULL;
-		int r = read_image_json(s, de->d_name, &info);
+		int r = lbi_read_image_json(s, de->d_name, &info);
 		if (r == 0)
 			r = collect_names(s, de->d_name, info);
 		struct lb_image_info **nl = r == 0 ? realloc(list, (n + 1) * sizeof(*list)) : NULL;
@@ -711,17 +733,48 @@ int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t 
 int lb_image_tag(struct lb_images *s, const char *ref, const char *name, struct lb_error *err)
 {
 	char hex[65];
-	int r = resolve_ref(s, ref, hex, NULL, 0, err);
+	int r = lbi_resolve_ref(s, ref, hex, NULL, 0, err);
 	if (r < 0)
 		return r;
 	return set_name(s, name, hex, err);
+}
+
+int lbi_remove_image(struct lb_images *s, const char *hex, struct lb_error *err)
+{
+	_cleanup_close_ int nfd = openat(s->rootfd, "names", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (nfd < 0)
+		return lb_error_set(err, errno, "opening %s/names", s->root);
+	/* Remove every name of the image, then the image itself (renamed away first so it vanishes at once). */
+	DIR *d = fdopendir(dup(nfd));
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			char h[65];
+			if (de->d_name[0] != '.' && lbi_name_target(s, de->d_name, h) == 0 && !strcmp(h, hex))
+				unlinkat(nfd, de->d_name, 0);
+		}
+		closedir(d);
+	}
+	char tmpname[64], from[128], to[128];
+	int r = lbi_make_tmp(s, "rm", tmpname, sizeof(tmpname), err);
+	if (r < 0)
+		return r;
+	snprintf(from, sizeof(from), "images/%s", hex);
+	snprintf(to, sizeof(to), "tmp/%s/image", tmpname);
+	if (renameat(s->rootfd, from, s->rootfd, to) < 0) {
+		r = -errno;
+		lbi_remove_tmp(s, tmpname);
+		return lb_error_set(err, r, "removing images/%s", hex);
+	}
+	lbi_remove_tmp(s, tmpname);
+	return 0;
 }
 
 int lb_image_remove(struct lb_images *s, const char *ref, bool (*in_use)(const char *config_digest, void *userdata),
 		    void *userdata, struct lb_error *err)
 {
 	char hex[65], file[NAME_MAX + 1];
-	int r = resolve_ref(s, ref, hex, file, sizeof(file), err);
+	int r = lbi_resolve_ref(s, ref, hex, file, sizeof(file), err);
 	if (r < 0)
 		return r;
 	struct lb_image_info *probe = calloc(1, sizeof(*probe));
@@ -749,28 +802,5 @@ int lb_image_remove(struct lb_images *s, const char *ref, bool (*in_use)(const c
 			return lb_error_set(err, errno, "removing name %s", ref);
 		return 0;
 	}
-	/* Remove every name of the image, then the image itself (renamed away first so it vanishes at once). */
-	DIR *d = fdopendir(dup(nfd));
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			char h[65];
-			if (de->d_name[0] != '.' && name_target(s, de->d_name, h) == 0 && !strcmp(h, hex))
-				unlinkat(nfd, de->d_name, 0);
-		}
-		closedir(d);
-	}
-	char tmpname[64], from[128], to[128];
-	r = make_tmp(s, "rm", tmpname, sizeof(tmpname), err);
-	if (r < 0)
-		return r;
-	snprintf(from, sizeof(from), "images/%s", hex);
-	snprintf(to, sizeof(to), "tmp/%s/image", tmpname);
-	if (renameat(s->rootfd, from, s->rootfd, to) < 0) {
-		r = -errno;
-		remove_tmp(s, tmpname);
-		return lb_error_set(err, r, "removing images/%s", hex);
-	}
-	remove_tmp(s, tmpname);
-	return 0;
+	return lbi_remove_image(s, hex, err);
 }

@@ -12,6 +12,8 @@
  *     inspect REF                                     JSON of the image's metadata
  *     tag REF NAME
  *     rm REF
+ *     pin REF | unpin REF                             pinned images are never garbage-collected
+ *     gc --older-than SECONDS                         remove unpinned images unused that long, and unwanted blobs
  * Exit status: 0 success, 1 operation failed (the message names the step), 2 usage.
  */
 #include <errno.h>
@@ -106,6 +108,8 @@ static void gen_info(yajl_gen g, const struct lb_image_info *i)
 	const char *w = lb_image_info_warning(i);
 	gen_s(g, "warning", w ? w : "");
 	gen_u(g, "imported_at", (uint64_t)i->imported_at);
+	gen_u(g, "last_used", (uint64_t)i->last_used);
+	gen_b(g, "pinned", i->pinned);
 	yajl_gen_map_close(g);
 }
 
@@ -278,13 +282,13 @@ int main(int argc, char **argv)
 		if (json) {
 			print_json(list, n, true);
 		} else {
-			printf("%-50s %-19s %10s\n", "NAME", "DIGEST", "SIZE");
+			printf("%-50s %-19s %10s %s\n", "NAME", "DIGEST", "SIZE", "PINNED");
 			for (size_t i = 0; i < n; i++) {
 				const char *short_digest = list[i]->config_digest;
 				for (size_t k = 0; k < (list[i]->n_names ? list[i]->n_names : 1); k++)
-					printf("%-50s %-19.19s %8.1fMB\n",
+					printf("%-50s %-19.19s %8.1fMB %s\n",
 					       list[i]->n_names ? list[i]->names[k] : "<none>", short_digest,
-					       (double)list[i]->size_bytes / 1e6);
+					       (double)list[i]->size_bytes / 1e6, list[i]->pinned ? "yes" : "");
 			}
 		}
 		lb_image_list_free(list, n);
@@ -304,6 +308,28 @@ int main(int argc, char **argv)
 			fail("tag", &err);
 			status = 1;
 		}
+	} else if ((!strcmp(cmd, "pin") || !strcmp(cmd, "unpin")) && optind + 1 == argc) {
+		r = lb_image_pin(s, argv[optind], !strcmp(cmd, "pin"), &err);
+		if (r < 0) {
+			fail(cmd, &err);
+			status = 1;
+		}
+	} else if (!strcmp(cmd, "gc") && optind + 2 == argc && !strcmp(argv[optind], "--older-than")) {
+		uint64_t secs = 0;
+		size_t removed = 0;
+		if (parse_u64(argv[optind + 1], &secs) < 0) {
+			usage(stderr);
+			status = 2;
+			goto done;
+		}
+		/* Without the daemon this tool cannot know which sandboxes run: lensboxd's timer passes in_use. */
+		r = lb_image_gc(s, secs, NULL, NULL, &removed, &err);
+		if (r < 0) {
+			fail("gc", &err);
+			status = 1;
+			goto done;
+		}
+		printf("removed %zu image(s)\n", removed);
 	} else if (!strcmp(cmd, "rm") && optind + 1 == argc) {
 		/* Without the daemon this tool cannot know which sandboxes run: lensboxd's API checks in-use. */
 		r = lb_image_remove(s, argv[optind], NULL, NULL, &err);

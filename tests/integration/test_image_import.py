@@ -371,3 +371,20 @@ def test_rm_by_name_then_digest(store, tmp_path):
     assert not os.path.exists(rootfs)
     r = store.run("inspect", digest)
     assert r.returncode == 1 and "errno=ENOENT" in r.stderr
+
+
+def test_gc_pins_and_idle_time(store, tmp_path):
+    keep, keep_root = store.ok(layout_of(tmp_path, tar_layer(BASE + [f("a", b"1")]), name="i1"), "--name", "keep")
+    drop, drop_root = store.ok(layout_of(tmp_path, tar_layer(BASE + [f("a", b"2")]), name="i2"), "--name", "drop")
+    assert store.run("pin", "keep").returncode == 0
+    assert store.inspect("keep")["pinned"] is True and store.inspect("drop")["pinned"] is False
+    r = store.run("gc", "--older-than", "3600")  # both were used just now
+    assert r.returncode == 0 and r.stdout.strip() == "removed 0 image(s)"
+    assert os.path.isdir(drop_root)
+    r = store.run("gc", "--older-than", "0")
+    assert r.returncode == 0 and r.stdout.strip() == "removed 1 image(s)"
+    assert os.path.isdir(keep_root) and not os.path.exists(drop_root)
+    assert store.run("inspect", "drop").returncode == 1
+    assert store.run("unpin", "keep").returncode == 0
+    assert store.run("gc", "--older-than", "0").stdout.strip() == "removed 1 image(s)"
+    assert os.listdir(os.path.join(store.root, "images")) == []

@@ -411,3 +411,26 @@ def test_tampered_blob_refused(tmp_path):
         assert os.listdir(store / "images") == []
     finally:
         front.shutdown()
+
+
+def test_gc_removes_unwanted_pulled_blobs(plain, tmp_path):
+    store = tmp_path / "store"
+    layer = tar_layer([f("usr/bin/python3", b"", 0o755), f("gc", b"me")])
+    lay = tmp_path / "gcimg"
+    digests = oci.write_layout(lay, [layer])
+    push(f"oci:{lay}:latest", f"{plain.host}/gcme:1")
+    pulled(store, f"{plain.host}/gcme:1", "--insecure-registry", plain.host)
+    blobs = store / "layout/blobs/sha256"
+    names = sorted(os.listdir(blobs))
+    assert digests["layers"][0][7:] in names and len(names) == 3  # manifest, config, layer
+    old = time.time() - 3600
+    for n in names:
+        os.utime(blobs / n, (old, old))
+    tool = [TOOL, "--root", str(store)]
+    assert subprocess.run(tool + ["pin", f"{plain.host}/gcme:1"]).returncode == 0
+    subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.DEVNULL)
+    assert sorted(os.listdir(blobs)) == names  # a pinned image keeps its blobs
+    assert subprocess.run(tool + ["unpin", f"{plain.host}/gcme:1"]).returncode == 0
+    out = subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.PIPE, text=True).stdout
+    assert out.strip() == "removed 1 image(s)"
+    assert os.listdir(blobs) == []

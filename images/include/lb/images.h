@@ -76,6 +76,8 @@ struct lb_image_info {
 	uint64_t stripped;	  /* setuid/setgid bits removed */
 	bool has_python3, has_bash;
 	int64_t imported_at; /* unix seconds */
+	int64_t last_used;   /* unix seconds of the last lb_image_touch() (or the import) */
+	bool pinned;	     /* never garbage-collected */
 };
 
 void lb_image_info_free(struct lb_image_info *info);
@@ -120,6 +122,20 @@ int lb_image_tag(struct lb_images *s, const char *ref, const char *name, struct 
  * Deletion renames the image into tmp/ first, so a half-deleted tree is never visible under images/. */
 int lb_image_remove(struct lb_images *s, const char *ref, bool (*in_use)(const char *config_digest, void *userdata),
 		    void *userdata, struct lb_error *err);
+
+/* Records that a sandbox is being made from the image with this config digest now (for garbage collection). */
+int lb_image_touch(struct lb_images *s, const char *config_digest, struct lb_error *err);
+
+/* Pins (or unpins) ref's image: a pinned image is never garbage-collected (rm still removes it). */
+int lb_image_pin(struct lb_images *s, const char *ref, bool pinned, struct lb_error *err);
+
+/* Garbage collection: removes every image that is not pinned, not in use (in_use may be NULL) and unused for at
+ * least max_idle_seconds (last lb_image_touch() or import), with its names; then removes pulled blobs that no
+ * remaining image was made from (skipping files younger than 10 minutes, which a running pull may still need).
+ * *ret_removed (may be NULL) counts images removed. */
+int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
+		bool (*in_use)(const char *config_digest, void *userdata), void *userdata, size_t *ret_removed,
+		struct lb_error *err);
 
 /* Pull options; every field may be zero/NULL. */
 struct lb_pull_opts {
