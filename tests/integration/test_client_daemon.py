@@ -95,6 +95,11 @@ def test_recreated_when_the_network_changes(d, c):
     r = c.run(n, "bash", "test ! -e f.txt && cat g.txt", files={"g.txt": b"new"}, spec={"network": "packages"})
     assert r.recreated, "changing the network replaces the sandbox and says so"
     assert (r.exit_code, r.stdout) == (0, "new"), "the old file is gone, the uploaded one is there"
+    # leaving the network out (the daemon's default is off) is not a change: nothing is replaced
+    assert c.ensure(n).recreated is None
+    r = c.run(n, "bash", "cat g.txt h.txt", files={"h.txt": b"+"})
+    assert (r.recreated, r.stdout) == (None, "new+")
+    assert c.get(n).spec["network"] == "packages"
 
 
 def test_daemon_errors_reach_the_caller(d, c, tmp_path):
