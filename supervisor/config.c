@@ -73,9 +73,9 @@ static const struct key_def keys[] = {
 	  "memory: 512Mi, 2Gi (64Mi-64Gi)" },
 	{ "default_disk", K_SIZE, FN(default_disk_bytes), 16ull << 20, 1ull << 40, "1Gi",
 	  "size of a sandbox's storage filesystem (16Mi-1Ti)" },
-	{ "idle_minutes", K_MINUTES, FN(idle_seconds), 1, 1440 * 60, "15",
+	{ "idle_minutes", K_MINUTES, FN(idle_seconds), 1, 1440ull * 60, "15",
 	  "stop a sandbox unused this long: minutes, or a duration like 30s (1s-1440m)" },
-	{ "keep_hours", K_HOURS, FN(keep_seconds), 1, 720 * 3600, "24",
+	{ "keep_hours", K_HOURS, FN(keep_seconds), 1, 720ull * 3600, "24",
 	  "delete a sandbox unused this long: hours, or a duration like 90s (1s-720h)" },
 	{ "default_timeout_seconds", K_U32, FN(default_timeout_seconds), 1, 600, "60", "a run's time limit (1-600)" },
 	{ "default_output_limit", K_U32, FN(default_output_limit), 1, 1000000, "10000",
@@ -289,7 +289,7 @@ int lbd_config_load(struct lbd_config *cfg, const char *path, bool missing_ok, s
 {
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
-	int r = lb_read_file_at(-100 /* AT_FDCWD */, path, 64 * 1024, &buf, &len);
+	int r = lb_read_file_at(-100 /* AT_FDCWD */, path, (size_t)64 * 1024, &buf, &len);
 	if (r == -ENOENT && missing_ok)
 		return 0;
 	if (r < 0)

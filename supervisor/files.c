@@ -173,6 +173,8 @@ int lbd_file_write(int root, const char *path, const void *data, size_t len, mod
 	_cleanup_close_ int dir = open_parent(root, path, uid, gid, &base, f);
 	if (dir < 0)
 		return dir;
+	if (!base)
+		return -EINVAL; /* cannot happen: open_parent sets it on success */
 	/* The target must not be a directory; anything else (a file, a planted symlink) is replaced by rename. */
 	struct stat st;
 	if (fstatat(dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {

@@ -140,8 +140,12 @@ const char *lbd_http_query_raw(struct lbd_req *req, const char *key)
 static void copy_for_log(char *dst, size_t size, const char *s)
 {
 	size_t i = 0;
-	for (; s[i] && i + 1 < size; i++)
-		dst[i] = (s[i] > 32 && s[i] < 127 && s[i] != '"') ? s[i] : '?';
+	for (; s[i] && i + 1 < size; i++) {
+		char c = s[i];
+		if (c <= 32 || c >= 127 || c == '"')
+			c = '?';
+		dst[i] = c;
+	}
 	dst[i] = '\0';
 }
 
@@ -398,13 +402,15 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
 int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err)
 {
-	_cleanup_free_ struct lbd_http *h = calloc(1, sizeof(*h));
+	struct lbd_http *h = calloc(1, sizeof(*h));
 	if (!h)
 		return lb_error_set(err, ENOMEM, "allocating the HTTP server");
 	h->d = d;
 	int fd = make_socket(&d->cfg, err);
-	if (fd < 0)
+	if (fd < 0) {
+		free(h);
 		return lb_error_wrap(err, "creating the API socket");
+	}
 	h->listen_fd = fd;
 	snprintf(h->path, sizeof(h->path), "%s", d->cfg.socket_path);
 	h->mhd = MHD_start_daemon(
@@ -418,9 +424,10 @@ int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err)
 	if (!h->mhd) {
 		close(fd);
 		unlink(h->path);
+		free(h);
 		return lb_error_setx(err, EIO, "libmicrohttpd could not start on %s", d->cfg.socket_path);
 	}
-	*ret = TAKE_PTR(h);
+	*ret = h;
 	return 0;
 }
 

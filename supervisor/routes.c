@@ -78,7 +78,7 @@ char *lbd_req_query(struct lbd_req *req, const char *key, bool *ret_bad)
 	if (!raw)
 		return NULL;
 	/* '+' means a space in query strings. */
-	_cleanup_free_ char *plus = strdup(raw);
+	char *plus = strdup(raw);
 	if (!plus) {
 		*ret_bad = true;
 		return NULL;
@@ -87,6 +87,7 @@ char *lbd_req_query(struct lbd_req *req, const char *key, bool *ret_bad)
 		if (*p == '+')
 			*p = ' ';
 	char *v = lbd_percent_decode(plus, strlen(plus));
+	free(plus);
 	if (!v)
 		*ret_bad = true;
 	return v;
@@ -168,14 +169,17 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	size_t seg = strcspn(p, "/");
 	if (seg == 0)
 		return not_found(res);
-	_cleanup_free_ char *name = lbd_percent_decode(p, seg);
-	if (!name || !name_valid(name)) {
+	char *name = lbd_percent_decode(p, seg);
+	bool valid = name && name_valid(name);
+	if (valid)
+		snprintf(ret->name, sizeof(ret->name), "%s", name);
+	free(name);
+	if (!valid) {
 		lbd_res_error(res, 400, "invalid_name",
 			      "A sandbox name is 1 to 63 characters: lower-case letters, digits, `.`, `_` and `-`, "
 			      "starting with a letter or a digit.");
 		return -1;
 	}
-	snprintf(ret->name, sizeof(ret->name), "%s", name);
 	p += seg;
 	if (*p == '\0') {
 		switch (m) {

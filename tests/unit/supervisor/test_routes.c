@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -103,7 +104,7 @@ static int parse(const char *body, char *code)
 	struct lbd_fail f = { 0 };
 	yajl_val v = NULL;
 	int r = lbd_json_object(body, strlen(body), fields, 3, &v, &f);
-	strcpy(code, f.code);
+	snprintf(code, 64, "%s", f.code);
 	yajl_tree_free(v);
 	return r < 0 ? f.status : 0;
 }
