@@ -165,7 +165,7 @@ static int build_candidates(const char *argv0, char **envp, char ***ret, struct 
 		return 0;
 	}
 	const char *path = LB_DEFAULT_PATH;
-	for (char **e = envp; *e; e++)
+	for (char **e = envp; e && *e; e++)
 		if (strncmp(*e, "PATH=", 5) == 0)
 			path = *e + 5;
 	size_t n = 0;

@@ -311,7 +311,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "lensbox-runner: only --network off is supported by the standalone tool\n");
 		return 2;
 	}
-	if (timeout_s > 24 * 3600 || out_limit > (256u << 20)) {
+	if (timeout_s > (uint64_t)24 * 3600 || out_limit > (256u << 20)) {
 		lb_policy_free(policy);
 		fprintf(stderr, "lensbox-runner: timeout above 24h or output limit above 256Mi\n");
 		return 2;
@@ -340,7 +340,7 @@ int main(int argc, char **argv)
 				   .stderr_limit = out_limit };
 	struct lb_exec_result res;
 	memset(&res, 0, sizeof(res));
-	_cleanup_free_ uint64_t *exec_us = calloc(repeat, sizeof(uint64_t));
+	uint64_t *exec_us = calloc(repeat, sizeof(uint64_t));
 	int er = exec_us ? 0 : -ENOMEM;
 	for (unsigned long i = 0; i < repeat && er == 0; i++) {
 		lb_exec_result_free(&res);
@@ -360,18 +360,22 @@ int main(int argc, char **argv)
 		lb_sandbox_destroy_storage(storage, &derr);
 	}
 	if (er < 0) {
+		free(exec_us);
 		lb_policy_free(policy);
 		return print_error(err.msg);
 	}
 	if (sr < 0) {
+		free(exec_us);
 		lb_exec_result_free(&res);
 		lb_policy_free(policy);
 		return print_error(serr.msg);
 	}
 
 	yajl_gen g = yajl_gen_alloc(NULL);
-	if (!g)
+	if (!g) {
+		free(exec_us);
 		return print_error("out of memory");
+	}
 	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
 	yajl_gen_map_open(g);
 	gen_kv_int(g, "exit_code", res.exit_code);
@@ -424,6 +428,7 @@ int main(int argc, char **argv)
 	for (unsigned long i = 0; i < repeat; i++)
 		yajl_gen_integer(g, (long long)exec_us[i]);
 	yajl_gen_array_close(g);
+	free(exec_us);
 	gen_kv_int(g, "stop", (long long)(t3 - t2));
 	yajl_gen_map_close(g);
 	yajl_gen_map_close(g);
