@@ -372,6 +372,14 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		if ((r = lb_cg_kill(sb->cg, (enum lb_cg_leaf)leaf, err)) < 0 && r != -ENOENT)
 			goto fail;
 
+	/* One ext4 image must never be mounted (or resized) twice: wait briefly for a just-stopped sandbox's loop
+	 * device to detach, then refuse. */
+	if (lb_disk_wait_released(spec->storage, 2000) < 0) {
+		r = lb_error_setx(err, EBUSY,
+				  "the storage %s is still attached to a loop device (is its sandbox running?)",
+				  spec->storage);
+		goto fail;
+	}
 	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
 	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
 		lb_error_wrap(err, "preparing the storage");
