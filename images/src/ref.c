@@ -19,7 +19,9 @@
 
 /* Every copy below is bounded by a length check before it: the buffers in struct lb_image_ref are sized for the
  * longest valid reference, so a truncation warning here cannot fire at run time. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 static bool component_ok(const char *s, size_t n)
 {
