@@ -9,6 +9,8 @@
  *   lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256] [--disk 1Gi] [--timeout 60]
  *                  [--uid 200000] [--gid UID] [--policy DIR] [--output-limit 1Mi] [--name NAME] [--network off]
  *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep] -- argv...
+ *   lensbox-runner --cleanup NAME [--run-dir DIR]   what lensboxd does after a crash: kill, unmount, remove cgroups
+ *   lensbox-runner --probe [--policy DIR]           the host's facts; exit 1 when sandboxes cannot run here
  */
 #include "lb/cleanup.h"
 #include "lb/error.h"
@@ -40,7 +42,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256]\n"
 		   "       [--disk 1Gi] [--timeout 60] [--uid 200000] [--gid GID] [--policy DIR] [--output-limit 1Mi]\n"
 		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
-		   "       [--keep] -- program [args...]\n");
+		   "       [--keep] -- program [args...]\n"
+		   "       lensbox-runner --cleanup NAME [--run-dir DIR]\n"
+		   "       lensbox-runner --probe [--policy DIR]\n");
 }
 
 static void gen_str(yajl_gen g, const char *s)
@@ -114,6 +118,57 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+/* --cleanup NAME: what lensboxd does after a crash, from the name alone (lb_sandbox_cleanup). */
+static int do_cleanup(const char *name, const char *run_dir)
+{
+	struct lb_error err;
+	lb_error_clear(&err);
+	if (lb_sandbox_cleanup(name, run_dir, &err) < 0)
+		return print_error(err.msg);
+	yajl_gen g = yajl_gen_alloc(NULL);
+	if (!g)
+		return print_error("out of memory");
+	yajl_gen_map_open(g);
+	gen_kv_str(g, "cleaned", name);
+	yajl_gen_map_close(g);
+	print_gen(g);
+	yajl_gen_free(g);
+	return 0;
+}
+
+/* --probe: the host facts (lb_host_probe) against the policy. Exit 0 when sandboxes can run here. */
+static int do_probe(const char *policy_dir)
+{
+	struct lb_error err;
+	lb_error_clear(&err);
+	struct lb_policy *policy = NULL;
+	if (lb_policy_load(policy_dir, &policy, &err) < 0) {
+		lb_error_wrap(&err, "loading the policy from %s", policy_dir);
+		return print_error(err.msg);
+	}
+	struct lb_host_facts f;
+	lb_host_probe(policy, &f);
+	lb_policy_free(policy);
+	yajl_gen g = yajl_gen_alloc(NULL);
+	if (!g)
+		return print_error("out of memory");
+	yajl_gen_map_open(g);
+	gen_kv_str(g, "kernel", f.kernel);
+	gen_kv_int(g, "landlock_abi", f.landlock_abi);
+	gen_kv_str(g, "cgroup_version", f.cgroup == LB_CGROUP_V2 ? "v2" : f.cgroup == LB_CGROUP_V1 ? "v1" : "none");
+	gen_kv_bool(g, "cgroup_v2_mounted", f.cgroup_v2_mounted);
+	gen_kv_str(g, "cgroup_root", f.cgroup_root);
+	gen_kv_bool(g, "seccomp", f.seccomp);
+	gen_kv_bool(g, "user_namespaces", f.user_namespaces);
+	gen_kv_bool(g, "loop_devices", f.loop_devices);
+	gen_kv_bool(g, "ready", f.why_not[0] == '\0');
+	gen_kv_str(g, "why_not", f.why_not);
+	yajl_gen_map_close(g);
+	print_gen(g);
+	yajl_gen_free(g);
+	return f.why_not[0] ? 1 : 0;
+}
+
 static const char *tier_name(enum lb_net_tier t)
 {
 	return t == LB_NET_OFF ? "off" : t == LB_NET_PACKAGES ? "packages" : "web";
@@ -125,7 +180,8 @@ int main(int argc, char **argv)
 	const char *run_dir = "/run/lensbox-runner", *network = "off";
 	const char *memory = NULL, *cpu = NULL, *pids = NULL, *disk = NULL, *timeout = NULL, *output = NULL;
 	unsigned long uid = 200000, gid = 0, repeat = 1;
-	bool keep = false;
+	bool keep = false, probe = false;
+	const char *cleanup = NULL;
 	const char *env[MAX_ENV + 1];
 	size_t n_env = 0;
 
@@ -148,7 +204,9 @@ int main(int argc, char **argv)
 		O_ENV,
 		O_CWD,
 		O_REPEAT,
-		O_HELP
+		O_HELP,
+		O_CLEANUP,
+		O_PROBE
 	};
 	static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
 					      { "storage", required_argument, NULL, O_STORAGE },
@@ -169,6 +227,8 @@ int main(int argc, char **argv)
 					      { "cwd", required_argument, NULL, O_CWD },
 					      { "repeat", required_argument, NULL, O_REPEAT },
 					      { "help", no_argument, NULL, O_HELP },
+					      { "cleanup", required_argument, NULL, O_CLEANUP },
+					      { "probe", no_argument, NULL, O_PROBE },
 					      { NULL, 0, NULL, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -240,6 +300,12 @@ int main(int argc, char **argv)
 				repeat = v;
 			break;
 		}
+		case O_CLEANUP:
+			cleanup = optarg;
+			break;
+		case O_PROBE:
+			probe = true;
+			break;
 		case O_HELP:
 			usage(stdout);
 			return 0;
@@ -249,6 +315,10 @@ int main(int argc, char **argv)
 		}
 	}
 	env[n_env] = NULL;
+	if (cleanup)
+		return do_cleanup(cleanup, run_dir);
+	if (probe)
+		return do_probe(policy_dir);
 	if (!rootfs || !storage || optind >= argc || repeat == 0 || repeat > MAX_REPEAT) {
 		usage(stderr);
 		return 2;
