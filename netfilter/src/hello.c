@@ -59,8 +59,8 @@ static int copy_name(const uint8_t *p, size_t n, char name[LB_DNS_NAME_MAX + 1])
 	if (!lb_hostname_valid((const char *)p, n))
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
-		char c = (char)p[i];
-		name[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+		uint8_t c = p[i];
+		name[i] = (char)((c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c);
 	}
 	name[n] = '\0';
 	return LB_HELLO_OK;

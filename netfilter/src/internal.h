@@ -44,7 +44,8 @@ struct lb_net {
 	uint16_t resolver_port, relay_port;
 	uint32_t timeout_ms;
 	char *web_template, *packages_template;
-	char uplinks[64]; /* interfaces whose forwarding lb_net_init() turned on */
+	char uplinks[64];	/* interfaces whose forwarding lb_net_init() turned on */
+	char npm_registry[128]; /* host added from `npm config get registry`, or "" */
 	struct lb_service *resolver, *relay;
 	atomic_uint relay_conns;		     /* live relay connections (bounded by LB_RELAY_CONNS_MAX) */
 	struct relay_conn *live[LB_RELAY_CONNS_MAX]; /* under lock: so stopping can wake them */

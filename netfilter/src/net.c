@@ -249,6 +249,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 			goto fail;
 		}
 	}
+	/* npm missing or printing nothing usable is fine: the admin then lists the host (docs/network.md) */
+	if (!cfg->skip_npm_lookup && lb_net_npm_registry_host(ctx->npm_registry, sizeof(ctx->npm_registry)) == 0 &&
+	    lb_name_list_add(&ctx->packages, ctx->npm_registry) < 0)
+		ctx->npm_registry[0] = '\0';
 	r = read_policy_file(cfg->policy_dir, "web.nft", &ctx->web_template, err);
 	if (r < 0)
 		goto fail;
@@ -290,7 +294,7 @@ void lb_net_free(struct lb_net *ctx)
 	 * (hello 5 s, upstream connect and DNS by timeout_ms, splices end at the shutdown), so this ends. */
 	lb_relay_shutdown_all(ctx);
 	while (atomic_load(&ctx->relay_conns) || atomic_load(&ctx->dns_inflight)) {
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		struct timespec ts = { 0, 10L * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
 	lb_cidr_list_free(&ctx->denied);
@@ -578,6 +582,7 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	snprintf(h->dns_upstream, sizeof(h->dns_upstream), "%s:%u", a, ntohs(ctx->upstream.sin_port));
 	h->n_package_names = (unsigned)ctx->packages.n;
 	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
+	snprintf(h->npm_registry, sizeof(h->npm_registry), "%s", ctx->npm_registry);
 }
 
 const char *lb_net_resolv_conf(const char *tier)

@@ -113,12 +113,13 @@ int lb_template_fill(const char *tmpl, const char *const *keys, const char *cons
 /* The table as JSON, parsed; NULL object when the table does not exist. */
 static int list_table(yajl_val *ret, struct lb_error *err)
 {
-	_cleanup_free_ char *out = NULL;
+	char *out = NULL;
 	int r = run("list table inet lensbox", true, &out, err);
 	if (r < 0)
 		return r;
 	char ebuf[128];
 	yajl_val v = yajl_tree_parse(out, ebuf, sizeof(ebuf));
+	free(out);
 	if (!v)
 		return lb_error_setx(err, EBADMSG, "parsing nft's JSON: %s", ebuf);
 	*ret = v;
@@ -292,12 +293,13 @@ int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err)
 {
 	char cmd[96];
 	snprintf(cmd, sizeof(cmd), "list counter inet lensbox sb%u_blocked", slot);
-	_cleanup_free_ char *out = NULL;
+	char *out = NULL;
 	int r = run(cmd, true, &out, err);
 	if (r < 0)
 		return r;
 	char ebuf[128];
 	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(out, ebuf, sizeof(ebuf));
+	free(out);
 	yajl_val arr = obj_get(root, "nftables");
 	for (size_t i = 0; YAJL_IS_ARRAY(arr) && i < arr->u.array.len; i++) {
 		yajl_val c = obj_get(arr->u.array.values[i], "counter");
@@ -312,13 +314,14 @@ int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err)
 
 int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t size)
 {
-	_cleanup_free_ char *out = NULL;
+	char *out = NULL;
 	struct lb_error e;
 	int r = run("list chains", true, &out, &e);
 	if (r < 0)
 		return r;
 	char ebuf[128];
 	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(out, ebuf, sizeof(ebuf));
+	free(out);
 	yajl_val arr = obj_get(root, "nftables");
 	*ret = false;
 	if (size)

@@ -273,7 +273,7 @@ static void *resolver_main(void *arg)
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, 256 * 1024);
+		pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
 		if (pthread_create(&t, &attr, dns_job_main, job) != 0) {
 			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
 			free(job);
@@ -449,9 +449,9 @@ static void *relay_conn_main(void *arg)
 	unsigned slot = 0;
 	enum lb_tier_id tier;
 	bool refused = true, counted = false;
-	struct sockaddr_in peer, orig;
+	struct sockaddr_in peer = { 0 }, orig = { 0 };
 	socklen_t sl = sizeof(peer);
-	_cleanup_free_ uint8_t *buf = malloc(HELLO_MAX);
+	uint8_t *buf = malloc(HELLO_MAX); /* freed as soon as the hello is forwarded, or at out */
 	if (!buf || !conn_register(c) || getpeername(c->client, (struct sockaddr *)&peer, &sl) < 0)
 		goto out;
 	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
@@ -492,7 +492,8 @@ static void *relay_conn_main(void *arg)
 	setsockopt(c->server, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
 	if (send(c->server, buf, fwd, MSG_NOSIGNAL) != (ssize_t)fwd)
 		goto out;
-	free(TAKE_PTR(buf));
+	free(buf);
+	buf = NULL;
 	if (port == 443) {
 		pthread_t up;
 		if (pthread_create(&up, NULL, upstream_pump_main, c) != 0)
@@ -504,6 +505,7 @@ static void *relay_conn_main(void *arg)
 		pump(c->server, c->client);
 	}
 out:
+	free(buf);
 	conn_unregister(c);
 	if (refused) {
 		if (counted)
@@ -552,7 +554,7 @@ static void *relay_main(void *arg)
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		pthread_attr_setstacksize(&attr, 256 * 1024);
+		pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
 		if (c) {
 			*c = (struct relay_conn){ .ctx = s->ctx, .client = fd, .server = -1, .index = -1 };
 			if (pthread_create(&t, &attr, relay_conn_main, c) != 0) {

@@ -237,9 +237,9 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		struct lb_net_health h;
 		lb_net_health(ctx, &h);
 		printf("ok table=%d ip_forward=%d foreign_forward_drop=%d sandboxes=%u dns=%s packages=%u "
-		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\"\n",
+		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\"\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
-		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input);
+		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
 	struct lb_net_config cfg = { 0 };
 	const char *extra[33] = { 0 };
 	size_t n_extra = 0;
-	char npm_host[256];
+	bool npm = false; /* --npm: ask npm for its registry, as lensboxd does; off by default for quick tests */
 	static const struct option opts[] = {
 		{ "policy", required_argument, NULL, 'p' },
 		{ "pool", required_argument, NULL, 'P' },
@@ -314,8 +314,7 @@ int main(int argc, char **argv)
 				extra[n_extra++] = optarg;
 			break;
 		case 'n':
-			if (lb_net_npm_registry_host(npm_host, sizeof(npm_host)) == 0 && n_extra < 32)
-				extra[n_extra++] = npm_host;
+			npm = true;
 			break;
 		default:
 			usage();
@@ -327,6 +326,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	cfg.extra_package_names = extra;
+	cfg.skip_npm_lookup = !npm;
 	struct lb_net *ctx = NULL;
 	struct lb_error err = { 0 };
 #ifdef LB_NET_WITH_RUNNER

@@ -6,6 +6,7 @@ remove what a crashed one left for sandboxes it no longer knows.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -124,3 +125,18 @@ def test_stopping_with_an_idle_relayed_connection(world):
         p.kill()
         p.wait()
     world.ctl = None
+
+
+def test_npm_registry_host_comes_from_npm(world):
+    """With --npm (lensboxd's default) the host of `npm config get registry` joins packages.list; it is never
+    written in the repository."""
+    assert shutil.which("npm"), "npm is not installed on this machine: this test proves the lookup and needs npm"
+    exe = os.path.join(os.environ["LENSBOX_BUILD_DIR"], "netfilter", "lensbox-net")
+    host = subprocess.run([exe, "npm-registry"], capture_output=True, text=True, check=True).stdout.strip()
+    assert host and "/" not in host and ":" not in host, host
+    world.ctl.close()
+    ctl = world.start_lensbox(extra_args=("--npm",))
+    h = ctl.cmd("health")
+    assert f'npm="{host}"' in h and "packages=3" in h, h
+    listed = open(os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "policy", "network", "packages.list")).read()
+    assert host not in listed

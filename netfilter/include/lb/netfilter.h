@@ -37,8 +37,9 @@ struct lb_net_config {
 				     of /etc/resolv.conf */
 	uint16_t resolver_port;	  /* host port the sandboxes' DNS is redirected to; 0: default */
 	uint16_t relay_port;	  /* host port the packages tier's TCP 80/443 is redirected to; 0: default */
-	const char *const *extra_package_names; /* added to packages.list (e.g. the npm registry's host); may be NULL */
-	uint32_t connect_timeout_ms;		/* relay to upstream and DNS upstream wait; 0: 3000 */
+	const char *const *extra_package_names; /* added to packages.list; may be NULL */
+	bool skip_npm_lookup; /* false (the default): add the host of `npm config get registry` when npm is installed */
+	uint32_t connect_timeout_ms; /* relay to upstream and DNS upstream wait; 0: 3000 */
 };
 
 struct lb_net; /* opaque context */
@@ -55,6 +56,7 @@ struct lb_net_health {
 	unsigned sandboxes; /* attached sandboxes */
 	char dns_upstream[32];
 	unsigned n_package_names;
+	char npm_registry[128]; /* the npm registry host added from npm's configuration; empty when none */
 };
 
 /* What lb_net_attach() built. */
@@ -67,7 +69,8 @@ struct lb_net_info {
 	unsigned slot;
 };
 
-/* Loads policy/network/ (denied.list, packages.list, base.nft), replaces any existing `inet lensbox` table with a
+/* Loads policy/network/ (denied.list, packages.list, base.nft; plus the npm registry's host unless
+ * cfg->skip_npm_lookup, which runs npm for up to 5 s), replaces any existing `inet lensbox` table with a
  * fresh one, marks the slots of veths left by an earlier run as taken (lb_net_reconcile() removes them) and starts
  * the resolver and relay threads. Must run in the host's network namespace as root. On success *ret is the
  * caller's (lb_net_free). */
