@@ -105,3 +105,38 @@ def test_dns_to_another_server_refused(world):
 
 def test_udp_refused(world):
     refused(world, "EHOSTUNREACH", op="udp", addr=nw.SITE_IP, port=9999)
+
+
+def test_relay_port_not_reachable_directly(world):
+    # the relay accepts only what the DNAT rule sent it; a direct connection to its port is refused
+    refused(world, "ECONNREFUSED", op="http", host=world.sb["gateway"], port=nw.RELAY_PORT)
+    refused(world, "EHOSTUNREACH", op="udp", addr=world.sb["gateway"], port=nw.RESOLVER_PORT)
+
+
+def test_dns_over_tcp_refused(world):
+    refused(world, "ECONNREFUSED", op="http", host=nw.RESOLVER_ADDR, port=53)
+    refused(world, "ECONNREFUSED", op="http", host=world.sb["gateway"], port=53)
+
+
+def test_malformed_dns_gets_silence_and_the_resolver_survives(world):
+    r = world.probe(world.sb, op="udp", addr=nw.RESOLVER_ADDR, port=53, payload="x" * 40, timeout=1)
+    assert r["ok"] is False and r["error"] == "TIMEOUT", r
+    r = world.probe(world.sb, op="resolve", name="pypi.org")
+    assert r["ok"] and r["addrs"] == [nw.REGISTRY_IP], r
+
+
+def test_http_pipelining_cannot_name_a_second_host(world):
+    first = "GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n"
+    second = f"GET / HTTP/1.1\r\nHost: {nw.NEIGHBOUR}\r\n\r\n"
+    # both requests in one segment: the relay refuses the whole connection
+    refused(world, "ECONNRESET", op="http_raw", host="pypi.org", port=80, parts=[first + second])
+    # the second request sent after the first: only the checked one is ever answered
+    r = world.probe(world.sb, op="http_raw", host="pypi.org", port=80, parts=[first, second], pause=0.3)
+    assert r["ok"] and r["responses"] == 1, r
+    assert '"host": "pypi.org"' in r["body"] and nw.NEIGHBOUR not in r["body"], r
+
+
+def test_ipv6_is_off_inside(world):
+    # IPv6 is disabled in the sandbox's netns: no v6 address at all, so no v6 packet can even be built
+    r = world.probe(world.sb, op="v6", addr="2606:4700::1111", port=443)
+    assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r

@@ -125,3 +125,18 @@ def test_spoofed_source_dropped(world):
         assert world.blocked(world.a) >= before + len(forged)
     finally:
         nw.sh("nft", "delete", "table", "ip", "lbwatch", ns=world.host, check=False)
+
+
+def test_dns_through_the_gateway_too(world):
+    r = world.probe(world.a, op="dns", server=world.a["gateway"], name=nw.SITE)
+    assert r["ok"] and r["rcode"] == 0 and r["addrs"] == [nw.SITE_IP], r
+
+
+def test_resolver_port_and_tcp_dns_refused(world):
+    refused(world, world.a, "EHOSTUNREACH", op="udp", addr=world.a["gateway"], port=nw.RESOLVER_PORT)
+    refused(world, world.a, "ECONNREFUSED", op="http", host=nw.RESOLVER_ADDR, port=53)
+
+
+def test_ipv6_is_off_inside(world):
+    r = world.probe(world.a, op="v6", addr="2606:4700::1111", port=443)
+    assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r

@@ -226,6 +226,26 @@ def probe(args):
             s.settimeout(30)
             out["eof"] = s.recv(1) == b""
             out["ok"] = True
+        elif op == "http_raw":
+            # hand-written bytes in parts (a smuggling attempt), then everything the other side sends until it closes
+            s = socket.create_connection((args["host"], args["port"]), timeout=args.get("timeout", 5))
+            for part in args["parts"]:
+                s.sendall(part.encode())
+                time.sleep(args.get("pause", 0.2))
+            data = b""
+            while True:
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                data += chunk
+            out["responses"] = data.count(b"HTTP/1.1 200") + data.count(b"HTTP/1.0 200")
+            out["body"] = data.decode("utf-8", "replace")[-2000:]
+            out["ok"] = True
+        elif op == "v6":
+            s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+            s.settimeout(2)
+            s.connect((args["addr"], args["port"]))
+            out["ok"] = True
         elif op == "udp":
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(args.get("timeout", 2))
