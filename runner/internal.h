@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "cgroup.h"
+#include "report.h"
 #include "lb/error.h"
 #include "lb/policy.h"
 #include "lb/runner.h"
@@ -72,15 +73,11 @@ int lb_landlock_abi(void); /* the kernel's best ABI, 0 when Landlock is off */
 int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid_t pid, int *ret_fd, int *ret_abi,
 		      struct lb_error *err);
 
-/* What a child tells its parent through a CLOEXEC pipe: err 0 and step "" for "ready" (init) or a wait status
- * (exec's first child, kind 'S'); else the failed step and its errno (kind 'E'). */
-struct lb_child_report {
-	int32_t kind;
-	int32_t err;
-	int32_t status;
-	char step[52];
-};
 void lb_child_report(int fd, int kind, int err, int status, const char *step);
+
+/* init_blob.c — the static lensbox-init binary, embedded at build time; lb_init_memfd() returns a sealed,
+ * executable memfd (CLOEXEC) holding it, for the sandbox's first process to execveat() into. */
+int lb_init_memfd(void);
 
 /* output.c — bounded capture of a program's output: the first `limit` bytes (head) or the last (tail), and the
  * total count; memory never grows past `limit` whatever the program writes. */

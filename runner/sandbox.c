@@ -9,7 +9,8 @@
  *   4. clone3() into new user, mount, pid, ipc, uts and net namespaces; the parent maps uid/gid 1000 to the
  *      sandbox's host uid/gid only (setgroups denied), puts the child into the `init` leaf and releases it,
  *   5. the child enters a new cgroup namespace, builds its root (rootfs.c), brings up lo, drops every capability
- *      and privilege, and becomes the sandbox's init: it reaps orphans forever, holding no fd,
+ *      and privilege, and execs lensbox-init (init/, from a sealed memfd): pid 1 reaps orphans forever, holding
+ *      no fd and no copy of the caller's memory,
  *   6. the parent builds the Landlock ruleset against the sandbox's paths (landlock.c).
  * Any failure undoes what was done, in reverse, and names the step. exec.c runs programs in a started sandbox.
  *
@@ -27,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/close_range.h>
 #include <linux/sched.h>
 #include <net/if.h>
 #include <sched.h>
@@ -99,6 +101,8 @@ struct init_args {
 	const struct lb_rootfs_plan *plan;
 	int release_fd; /* read end: one byte when the parent has mapped ids and set the cgroup */
 	int report_fd;	/* write end, CLOEXEC */
+	int init_fd;	/* sealed memfd of lensbox-init, CLOEXEC */
+	char report_fd_arg[16];
 	uint32_t uid, gid;
 };
 
@@ -185,29 +189,26 @@ static _Noreturn void init_main(const struct init_args *a)
 		step = "bringing up lo";
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
-	/* All signals blocked: only SIGCHLD is waited for; SIGKILL from the host still ends us. */
-	sigset_t all;
-	sigfillset(&all);
-	if (r == 0 && syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, _NSIG / 8) < 0) {
-		r = -errno;
-		step = "blocking signals";
-	}
 	if (r < 0) {
 		lb_child_report(a->report_fd, 'E', -r, 0, step);
 		_exit(1);
 	}
-	lb_child_report(a->report_fd, 'R', 0, 0, NULL);
-	/* Init holds no descriptor at all: nothing of the host can be reached through it. */
-	syscall(SYS_close_range, 0u, ~0u, 0u);
-	sigset_t chld;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	for (;;) {
-		while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
-			;
-		siginfo_t si;
-		syscall(SYS_rt_sigtimedwait, &chld, &si, NULL, _NSIG / 8);
+	/* Become lensbox-init (a static binary from a sealed memfd): pid 1 keeps no copy of the caller's memory and
+	 * no descriptor of it but the report pipe, which lensbox-init answers and closes. */
+	int rep = a->report_fd;
+	/* Everything the caller had is closed at the exec (the memfd too, once exec'd); stdio now. */
+	syscall(SYS_close_range, 3u, ~0u, (unsigned)CLOSE_RANGE_CLOEXEC);
+	if (rep > 2)
+		syscall(SYS_close_range, 0u, 2u, 0u);
+	if (fcntl(rep, F_SETFD, 0) < 0) {
+		lb_child_report(rep, 'E', errno, 0, "passing the report pipe to lensbox-init");
+		_exit(1);
 	}
+	char *const argv[] = { "lensbox-init", (char *)a->report_fd_arg, NULL };
+	char *const envp[] = { NULL };
+	syscall(SYS_execveat, a->init_fd, "", argv, envp, AT_EMPTY_PATH);
+	lb_child_report(rep, 'E', errno, 0, "executing lensbox-init");
+	_exit(1);
 }
 
 static int write_proc(pid_t pid, const char *file, const char *text, struct lb_error *err)
@@ -359,6 +360,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	bool have_disk = false, have_root = false;
 	struct lb_rootfs_plan *plan = NULL;
 	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
+	int init_fd = -1;
 	pid_t pid = -1;
 
 	if ((r = lb_cg_detect(&host, err)) < 0)
@@ -408,9 +410,18 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		r = lb_error_set(err, errno, "creating pipes");
 		goto fail;
 	}
-	struct init_args args = {
-		.plan = plan, .release_fd = release[0], .report_fd = report[1], .uid = sb->uid, .gid = sb->gid
-	};
+	init_fd = lb_init_memfd();
+	if (init_fd < 0) {
+		r = lb_error_set(err, init_fd, "preparing lensbox-init");
+		goto fail;
+	}
+	struct init_args args = { .plan = plan,
+				  .release_fd = release[0],
+				  .report_fd = report[1],
+				  .init_fd = init_fd,
+				  .uid = sb->uid,
+				  .gid = sb->gid };
+	snprintf(args.report_fd_arg, sizeof(args.report_fd_arg), "%d", report[1]);
 	int pidfd = -1;
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
@@ -495,11 +506,14 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 
 	close(release[1]);
 	close(report[0]);
+	close(init_fd);
 	lb_rootfs_plan_free(plan);
 	*ret = sb;
 	return 0;
 
 fail:
+	if (init_fd >= 0)
+		close(init_fd);
 	for (int i = 0; i < 2; i++) {
 		if (release[i] >= 0)
 			close(release[i]);
