@@ -475,10 +475,17 @@ static int dl_done(struct dl *d, CURLM *m, CURLcode cr)
 	struct puller *p = d->p;
 	long status = 0;
 	curl_easy_getinfo(d->c, CURLINFO_RESPONSE_CODE, &status);
-	if (cr != CURLE_OK)
+	if (cr != CURLE_OK) {
+		if (d->write_failed) {
+			/* an oversized answer is not worth resuming */
+			char partial[120];
+			snprintf(partial, sizeof(partial), "blobs/sha256/%s.partial", d->b->hex);
+			unlinkat(p->layoutfd, partial, 0);
+		}
 		return lb_error_setx(p->err, d->write_failed ? EBADMSG : EIO, "blob sha256:%s: %s", d->b->hex,
 				     d->write_failed ? "more bytes than its descriptor's size"
 						     : curl_easy_strerror(cr));
+	}
 	if (status >= 300 && status < 400) {
 		char *loc = NULL;
 		curl_easy_getinfo(d->c, CURLINFO_REDIRECT_URL, &loc);
@@ -542,6 +549,26 @@ static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t
 				r = lb_error_setx(p->err, EBUSY, "blob sha256:%s: another pull is downloading it",
 						  d->b->hex);
 				break;
+			}
+			struct stat pst;
+			if (fstat(d->fd, &pst) == 0 && (uint64_t)pst.st_size >= d->b->size) {
+				/* A leftover as long as the blob (or longer): keep it only if it is the blob. */
+				char got[65], name[100];
+				uint64_t sz = 0;
+				snprintf(name, sizeof(name), "blobs/sha256/%s", d->b->hex);
+				if ((uint64_t)pst.st_size == d->b->size &&
+				    lbi_sha256_fd(d->fd, d->b->size, got, &sz) == 0 && !strcmp(got, d->b->hex) &&
+				    renameat(p->layoutfd, partial, p->layoutfd, name) == 0) {
+					close(d->fd);
+					d->fd = -1;
+					done++;
+					continue;
+				}
+				if (ftruncate(d->fd, 0) < 0) {
+					r = lb_error_set(p->err, errno, "blob sha256:%s: truncating %s", d->b->hex,
+							 partial);
+					break;
+				}
 			}
 			snprintf(d->url, sizeof(d->url), "%s/v2/%s/blobs/sha256:%s", p->base, p->ref.path, d->b->hex);
 			int rr = dl_start(d, m);

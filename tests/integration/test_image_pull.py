@@ -434,3 +434,28 @@ def test_gc_removes_unwanted_pulled_blobs(plain, tmp_path):
     out = subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.PIPE, text=True).stdout
     assert out.strip() == "removed 1 image(s)"
     assert os.listdir(blobs) == []
+
+
+def test_oversized_or_complete_partial(tmp_path):
+    layer = tar_layer([f("usr/bin/python3", b"", 0o755), f("p", os.urandom(50000))])
+    layout = tmp_path / "layout"
+    digests = oci.write_layout(layout, [layer])
+    front = Front(str(layout), "127.0.0.1")
+    hexd = digests["layers"][0].split(":")[1]
+    try:
+        # longer than the blob: thrown away and downloaded whole
+        s1 = tmp_path / "s1"
+        os.makedirs(s1 / "layout/blobs/sha256")
+        (s1 / "layout/blobs/sha256" / f"{hexd}.partial").write_bytes(layer.blob + b"junk")
+        pulled(s1, f"{front.host}/app:1", "--insecure-registry", front.host)
+        blob_reqs = [h for p, h in front.requests if hexd in p]
+        assert len(blob_reqs) == 1 and "Range" not in blob_reqs[0]
+        # complete and correct: used without any request
+        front.requests.clear()
+        s2 = tmp_path / "s2"
+        os.makedirs(s2 / "layout/blobs/sha256")
+        (s2 / "layout/blobs/sha256" / f"{hexd}.partial").write_bytes(layer.blob)
+        pulled(s2, f"{front.host}/app:1", "--insecure-registry", front.host)
+        assert not [p for p, h in front.requests if hexd in p]
+    finally:
+        front.shutdown()
