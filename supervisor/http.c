@@ -435,7 +435,14 @@ void lbd_http_stop(struct lbd_http *h)
 {
 	if (!h)
 		return;
-	MHD_stop_daemon(h->mhd); /* also closes the listening socket it was handed */
+	/* No new connections from here on; runs in progress get up to 80 s (below the unit's TimeoutStopSec) to finish
+	 * and deliver their results before the remaining connections are closed. */
+	MHD_socket lfd = MHD_quiesce_daemon(h->mhd);
+	if (lfd != MHD_INVALID_SOCKET)
+		close(lfd);
 	unlink(h->path);
+	for (int i = 0; i < 1600 && atomic_load(&h->d->metrics.runs_in_flight) > 0; i++)
+		usleep(50 * 1000);
+	MHD_stop_daemon(h->mhd);
 	free(h);
 }

@@ -204,3 +204,22 @@ def test_restart_reconciles_and_keeps_files():
     finally:
         d.cleanup()
     assert d.leaks() == []
+
+
+def test_sigterm_lets_a_run_in_progress_finish_and_answer():
+    d = Daemon()
+    try:
+        n = d.name("term")
+        d.ok_run(n, "print(1)")
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", d.run(n, "import time\ntime.sleep(2)\nprint('done')")))
+        t.start()
+        assert wait_for(lambda: d.request("GET", "/v1/health")[1]["runs_in_flight"] == 1, 10)
+        assert d.stop() == 0
+        t.join()
+        status, body = out["r"]
+        assert status == 200 and body["stdout"] == "done\n"
+        assert not os.path.exists(d.socket)
+        assert d.leaks() == []
+    finally:
+        d.cleanup()
