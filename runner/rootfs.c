@@ -126,11 +126,12 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
 
 	const char *host = spec->hostname ? spec->hostname : spec->name;
-	/* The hostname also goes into /etc/hosts: letters, digits, '-' and '.' only, so it cannot add lines. */
+	/* The hostname also goes into /etc/hosts: letters, digits, '-', '_' and '.' only, so it cannot add lines or
+	 * fields (every valid sandbox name qualifies). */
 	size_t hl = strlen(host);
 	if (hl == 0 || hl > 63 ||
-	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)
-		return lb_error_setx(err, EINVAL, "hostname must be 1-63 letters, digits, '-' or '.'");
+	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != hl)
+		return lb_error_setx(err, EINVAL, "hostname must be 1-63 letters, digits, '-', '_' or '.'");
 	/* The state directory is root's: the sandbox never sees it, only what is mounted from it. */
 	int r = lb_mkdir_p(sb->state_dir, 0700);
 	if (r < 0)

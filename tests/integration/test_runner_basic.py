@@ -144,3 +144,8 @@ def test_descriptors_of_the_caller_never_reach_the_program(env, tmp_path):
     finally:
         os.close(fd)
     assert r["stdout"] == "[0, 1, 2, 3]\n"
+
+
+def test_any_valid_name_is_a_valid_hostname(env):
+    r = env.run(["hostname"], name="lens_chat.1-x")
+    assert r.rc == 0 and r["stdout"] == "lens_chat.1-x\n", r
