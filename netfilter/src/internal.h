@@ -24,6 +24,8 @@ struct lb_slot {
 	char name[64];
 	int host_ifindex;
 	uint64_t service_refusals; /* refusals by the resolver and relay (the nft counter counts the rest) */
+	unsigned dns_inflight;	   /* this sandbox's share of the services' bounds, so one cannot starve others */
+	unsigned relay_conns;
 };
 
 struct lb_service; /* a running resolver or relay */
@@ -102,6 +104,12 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier_id *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
+enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
+#define LB_SLOT_DNS_MAX	  16 /* queries in flight per sandbox */
+#define LB_SLOT_RELAY_MAX 64 /* relayed connections per sandbox */
+/* Takes one unit of a sandbox's share; false (and nothing taken) when it is used up. */
+bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what);
+void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what);
 /* Whether addr (network order) is denied or one of the host's own addresses. */
 bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be);
 

@@ -546,6 +546,33 @@ void lb_net_count_refusal(struct lb_net *ctx, unsigned slot)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
+bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what)
+{
+	bool ok = false;
+	pthread_mutex_lock(&ctx->lock);
+	if (slot < ctx->n_slots) {
+		unsigned *n = what == LB_SHARE_DNS ? &ctx->slots[slot].dns_inflight : &ctx->slots[slot].relay_conns;
+		unsigned max = what == LB_SHARE_DNS ? LB_SLOT_DNS_MAX : LB_SLOT_RELAY_MAX;
+		if (*n < max) {
+			(*n)++;
+			ok = true;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return ok;
+}
+
+void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what)
+{
+	pthread_mutex_lock(&ctx->lock);
+	if (slot < ctx->n_slots) {
+		unsigned *n = what == LB_SHARE_DNS ? &ctx->slots[slot].dns_inflight : &ctx->slots[slot].relay_conns;
+		if (*n > 0) /* the slot may have been torn down and zeroed meanwhile */
+			(*n)--;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
 {
 	if (lb_cidr_list_contains(&ctx->denied, AF_INET, &addr_be))

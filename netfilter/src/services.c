@@ -21,7 +21,8 @@
  * request per connection: after the checked head the relay sends nothing more from the sandbox, so a second request
  * cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
  *
- * Bounds: 64 DNS queries in flight, 256 relay connections, 5 s to read a hello, 5 min idle on a relayed connection.
+ * Bounds: 64 DNS queries in flight (16 per sandbox), 256 relay connections (64 per sandbox), 5 s to read a hello,
+ * 5 min idle on a relayed connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -196,11 +197,16 @@ static void *dns_job_main(void *arg)
 {
 	struct dns_job *job = arg;
 	struct lb_net *ctx = job->svc->ctx;
-	unsigned slot;
+	unsigned slot = 0;
 	enum lb_tier_id tier;
 	struct lb_dns_query q;
+	bool shared = false;
 	if (lb_net_lookup_source(ctx, job->from.sin_addr.s_addr, &slot, &tier) < 0)
 		goto out; /* not a sandbox (or one being torn down): no answer */
+	if (!(shared = lb_net_share_take(ctx, slot, LB_SHARE_DNS))) {
+		lb_net_count_refusal(ctx, slot);
+		goto out; /* this sandbox has enough queries in flight already */
+	}
 	int r = lb_dns_parse_query(job->pkt, job->len, &q);
 	if (r < 0) {
 		lb_net_count_refusal(ctx, slot);
@@ -235,6 +241,8 @@ static void *dns_job_main(void *arg)
 	}
 	answer(job, &q, rcode == LB_DNS_RCODE_NXDOMAIN ? rcode : (rcode ? LB_DNS_RCODE_SERVFAIL : 0), addrs, n, ttl);
 out:
+	if (shared)
+		lb_net_share_release(ctx, slot, LB_SHARE_DNS);
 	atomic_fetch_sub(&ctx->dns_inflight, 1);
 	free(job);
 	return NULL;
@@ -448,7 +456,7 @@ static void *relay_conn_main(void *arg)
 	struct lb_net *ctx = c->ctx;
 	unsigned slot = 0;
 	enum lb_tier_id tier;
-	bool refused = true, counted = false;
+	bool refused = true, counted = false, shared = false;
 	struct sockaddr_in peer = { 0 }, orig = { 0 };
 	socklen_t sl = sizeof(peer);
 	uint8_t *buf = malloc(HELLO_MAX); /* freed as soon as the hello is forwarded, or at out */
@@ -457,6 +465,8 @@ static void *relay_conn_main(void *arg)
 	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
 		goto out;
 	counted = true;
+	if (!(shared = lb_net_share_take(ctx, slot, LB_SHARE_RELAY)))
+		goto out; /* this sandbox has enough relayed connections open already */
 	sl = sizeof(orig);
 	/* the port the sandbox asked for (80 or 443), from conntrack's record of the DNAT */
 	if (getsockopt(c->client, SOL_IP, SO_ORIGINAL_DST, &orig, &sl) < 0)
@@ -506,6 +516,8 @@ static void *relay_conn_main(void *arg)
 	}
 out:
 	free(buf);
+	if (shared)
+		lb_net_share_release(ctx, slot, LB_SHARE_RELAY);
 	conn_unregister(c);
 	if (refused) {
 		if (counted)

@@ -140,3 +140,11 @@ def test_ipv6_is_off_inside(world):
     # IPv6 is disabled in the sandbox's netns: no v6 address at all, so no v6 packet can even be built
     r = world.probe(world.sb, op="v6", addr="2606:4700::1111", port=443)
     assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r
+
+
+def test_one_sandbox_cannot_take_every_relay_connection(world):
+    # 64 relayed connections per sandbox: the 65th and later are reset at once, the first 64 stay open
+    before = world.blocked(world.sb)
+    r = world.probe(world.sb, op="flood_tcp", addr=nw.REGISTRY_IP, port=443, n=70, wait=0.5)
+    assert r["ok"] and r["alive"] == 64 and r["dead"] == 6, r
+    assert world.blocked(world.sb) >= before + 6

@@ -241,6 +241,26 @@ def probe(args):
             out["responses"] = data.count(b"HTTP/1.1 200") + data.count(b"HTTP/1.0 200")
             out["body"] = data.decode("utf-8", "replace")[-2000:]
             out["ok"] = True
+        elif op == "flood_tcp":
+            # n connections that never speak; then how many the other side has reset or closed
+            socks = []
+            for _ in range(args["n"]):
+                socks.append(socket.create_connection((args["addr"], args["port"]), timeout=5))
+            time.sleep(args.get("wait", 0.5))
+            alive = dead = 0
+            for s in socks:
+                s.setblocking(False)  # a socket with a timeout would wait in recv
+                try:
+                    if s.recv(1) == b"":
+                        dead += 1  # closed
+                    else:
+                        alive += 1
+                except BlockingIOError:
+                    alive += 1
+                except OSError:
+                    dead += 1
+            out["alive"], out["dead"] = alive, dead
+            out["ok"] = True
         elif op == "v6":
             s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
             s.settimeout(2)
