@@ -404,6 +404,7 @@ struct dl {
 	bool discard; /* body of a redirect or error: not written */
 	bool restart; /* the server ignored our Range: start from zero */
 	bool write_failed;
+	bool reauthed; /* a 401 was answered with a fresh token once already */
 };
 
 static size_t dl_write(char *ptr, size_t size, size_t n, void *ud)
@@ -495,8 +496,27 @@ static int dl_done(struct dl *d, CURLM *m, CURLcode cr)
 		int r = dl_start(d, m);
 		return r < 0 ? lb_error_set(p->err, r, "blob sha256:%s: following a redirect", d->b->hex) : 1;
 	}
-	if (status == 416 && d->start == d->b->size)
-		status = 206; /* everything was already there */
+	if (status == 401 && !d->reauthed) {
+		/* The token expired during a long pull: ask the registry for a fresh challenge and try once more. */
+		d->reauthed = true;
+		char url[700];
+		snprintf(url, sizeof(url), "%s/v2/", p->base);
+		struct membuf body = { 0 };
+		struct headers h;
+		long st = http_get(p, url, NULL, NULL, 4096, &body, &h);
+		free(body.data);
+		if (st == 401 && h.www_auth[0]) {
+			char challenge[sizeof(h.www_auth)];
+			snprintf(challenge, sizeof(challenge), "%s", h.www_auth);
+			int r = authenticate(p, challenge);
+			if (r < 0)
+				return r;
+			d->hops = 0;
+			snprintf(d->url, sizeof(d->url), "%s/v2/%s/blobs/sha256:%s", p->base, p->ref.path, d->b->hex);
+			r = dl_start(d, m);
+			return r < 0 ? lb_error_set(p->err, r, "blob sha256:%s: retrying", d->b->hex) : 1;
+		}
+	}
 	if (status != 200 && status != 206)
 		return lb_error_setx(p->err, EIO, "blob sha256:%s: HTTP %ld", d->b->hex, status);
 	char got[65];

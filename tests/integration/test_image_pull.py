@@ -316,8 +316,10 @@ class Front(http.server.ThreadingHTTPServer):
     """Serves an OCI layout as a registry on 127.0.0.1 with a bearer challenge; blobs redirect to a second server
     on 127.0.0.2 (another host), which honours Range. Every request's headers are recorded."""
 
-    def __init__(self, layout, host_ip, blob_host=None):
+    def __init__(self, layout, host_ip, blob_host=None, auth=None, expire_on_first_blob=False):
         self.layout, self.blob_host, self.requests = layout, blob_host, []
+        self.auth = bool(blob_host) if auth is None else auth
+        self.tokens_issued, self.valid_token, self.expire = 0, None, expire_on_first_blob
         super().__init__((host_ip, 0), FrontHandler)
         self.host = f"{host_ip}:{self.server_address[1]}"
         threading.Thread(target=self.serve_forever, daemon=True).start()
@@ -339,10 +341,15 @@ class FrontHandler(http.server.BaseHTTPRequestHandler):
         srv = self.server
         srv.requests.append((self.path, dict(self.headers)))
         if self.path.startswith("/token"):
-            return self.send(200, json.dumps({"access_token": "tok-123"}).encode())
-        if srv.blob_host and self.headers.get("Authorization") != "Bearer tok-123":
-            return self.send(401, b"", [("WWW-Authenticate",
-                                         f'Bearer realm="http://{srv.host}/token",service="front"')])
+            srv.tokens_issued += 1
+            srv.valid_token = "tok-123" if srv.tokens_issued == 1 else f"tok-{srv.tokens_issued}"
+            return self.send(200, json.dumps({"access_token": srv.valid_token}).encode())
+        challenge = [("WWW-Authenticate", f'Bearer realm="http://{srv.host}/token",service="front"')]
+        if srv.auth and self.headers.get("Authorization") != f"Bearer {srv.valid_token}":
+            return self.send(401, b"", challenge)
+        if srv.expire and "/blobs/" in self.path:
+            srv.expire, srv.valid_token = False, None  # the token expires in the middle of the pull
+            return self.send(401, b"", challenge)
         parts = self.path.split("/")
         layout = srv.layout
         if "/manifests/" in self.path:
@@ -457,5 +464,18 @@ def test_oversized_or_complete_partial(tmp_path):
         (s2 / "layout/blobs/sha256" / f"{hexd}.partial").write_bytes(layer.blob)
         pulled(s2, f"{front.host}/app:1", "--insecure-registry", front.host)
         assert not [p for p, h in front.requests if hexd in p]
+    finally:
+        front.shutdown()
+
+
+def test_token_expiring_during_blob_download(tmp_path):
+    layer = tar_layer([f("usr/bin/python3", b"", 0o755), f("e", b"xp")])
+    layout = tmp_path / "layout"
+    digests = oci.write_layout(layout, [layer])
+    front = Front(str(layout), "127.0.0.1", auth=True, expire_on_first_blob=True)
+    try:
+        digest, _ = pulled(tmp_path / "s", f"{front.host}/app:1", "--insecure-registry", front.host, "--parallel", "1")
+        assert digest == digests["config"]
+        assert front.tokens_issued == 2
     finally:
         front.shutdown()
