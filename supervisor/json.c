@@ -116,6 +116,20 @@ int lbd_json_check(yajl_val obj, const char *where, const struct lbd_jfield *fie
 	return 0;
 }
 
+/* true when the JSON text holds the escape \u0000 (not itself escaped): yajl's tree keeps strings as C strings, so
+ * such a string would silently end there. */
+static bool has_nul_escape(const char *s, size_t len)
+{
+	for (size_t i = 0; i + 6 <= len; i++) {
+		if (s[i] != '\\')
+			continue;
+		if (s[i + 1] == 'u' && s[i + 2] == '0' && s[i + 3] == '0' && s[i + 4] == '0' && s[i + 5] == '0')
+			return true;
+		i++; /* skip the escaped character: an escaped backslash followed by "u0000" is text, not U+0000 */
+	}
+	return false;
+}
+
 int lbd_json_object(const char *body, size_t len, const struct lbd_jfield *fields, size_t n, yajl_val *ret,
 		    struct lbd_fail *f)
 {
@@ -126,6 +140,10 @@ int lbd_json_object(const char *body, size_t len, const struct lbd_jfield *field
 	}
 	if (memchr(body, '\0', len) || body[len] != '\0') {
 		lbd_fail_set(f, 400, "invalid_json", "The request body contains a NUL byte; send JSON text.");
+		return -EINVAL;
+	}
+	if (has_nul_escape(body, len)) {
+		lbd_fail_set(f, 422, "invalid_value", "Strings in the request may not contain U+0000 (\\u0000).");
 		return -EINVAL;
 	}
 	char errbuf[256];

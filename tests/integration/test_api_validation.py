@@ -84,6 +84,12 @@ def test_wrong_types_and_unknown_fields_are_400(d, body, code):
     assert err(d, "POST", f"/v1/sandboxes/{d.name('v')}/runs", body) == (400, code)
 
 
+def test_nul_character_in_a_string_is_422(d):
+    # yajl keeps strings as C strings: a U+0000 would silently cut the source, so it is refused instead
+    assert err(d, "POST", f"/v1/sandboxes/{d.name('v')}/runs", {"language": "python", "source": "print(1)\x00"}) == \
+        (422, "invalid_value")
+
+
 def test_repeated_field_is_400(d):
     raw = b'{"language": "python", "language": "bash", "source": "x"}'
     assert err(d, "POST", f"/v1/sandboxes/{d.name('v')}/runs", raw) == (400, "duplicate_field")

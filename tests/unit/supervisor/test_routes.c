@@ -127,6 +127,9 @@ static void json_validation(void **state)
 	assert_int_equal(parse("{\"i\": \"1\"}", code), 400);
 	assert_int_equal(parse("{\"s\": null}", code), 400);
 	assert_int_equal(parse("{\"o\": []}", code), 400);
+	assert_int_equal(parse("{\"s\": \"a\\u0000b\"}", code), 422);
+	assert_string_equal(code, "invalid_value");
+	assert_int_equal(parse("{\"s\": \"a\\\\u0000b\"}", code), 0); /* an escaped backslash, then text */
 	assert_int_equal(parse("{\"s\": \"\xff\"}", code), 400);
 	assert_string_equal(code, "invalid_json");
 }
