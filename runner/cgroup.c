@@ -221,6 +221,22 @@ int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
 	return fd < 0 ? -errno : fd;
 }
 
+bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
+{
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s/cgroup.procs", cg->dirs[i], lb_cg_leaf_name(leaf));
+		_cleanup_free_ char *s = NULL;
+		size_t len = 0;
+		int r = lb_read_file_at(AT_FDCWD, path, 1 << 20, &s, &len);
+		if (r == -ENOENT)
+			continue;
+		if (r < 0 || len > 0)
+			return true;
+	}
+	return false;
+}
+
 int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)
 {
 	char path[PATH_MAX];

@@ -77,6 +77,9 @@ int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds,
  * migration, no wait on cgroup_threadgroup_rwsem). -EOPNOTSUPP on v1, where the child writes cgroup.procs. */
 int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
 
+/* True when a leaf holds a process (or cannot be read, which is treated as "in use"). */
+bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
+
 /* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty. */
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
 

@@ -369,10 +369,16 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		lb_error_wrap(err, "creating the sandbox cgroup");
 		goto fail;
 	}
-	/* A cgroup of the same name left by a crash: empty it before use. */
-	for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++)
-		if ((r = lb_cg_kill(sb->cg, (enum lb_cg_leaf)leaf, err)) < 0 && r != -ENOENT)
-			goto fail;
+	/* Processes in a cgroup of this name: the sandbox is running, or a crash left it (lb_sandbox_cleanup()
+	 * removes that). Either way it is not ours to kill: refuse, and leave it untouched. */
+	if (lb_cg_populated(sb->cg, LB_CG_INIT) || lb_cg_populated(sb->cg, LB_CG_RUN)) {
+		lb_cg_free(sb->cg);
+		sb->cg = NULL;
+		r = lb_error_setx(err, EEXIST,
+				  "a sandbox named %s is running (or was left by a crash: clean it up first)",
+				  spec->name);
+		goto fail;
+	}
 
 	/* One ext4 image must never be mounted (or resized) twice: wait briefly for a just-stopped sandbox's loop
 	 * device to detach, then refuse. */

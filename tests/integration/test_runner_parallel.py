@@ -44,3 +44,15 @@ def test_same_storage_twice_at_once_is_refused(env):
         r1 = first.result()
     assert r1["stdout"] == "first\n"
     assert second.rc == 1 and "still attached to a loop device" in second["error"], second
+
+
+def test_a_second_sandbox_of_the_same_name_is_refused_and_the_first_unharmed(env):
+    name = f"dup-{os.getpid()}"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(env.python, "import time; time.sleep(4); print('first alive')", name=name)
+        import time
+        time.sleep(1.5)
+        second = env.python("print('second')", name=name)
+        r1 = first.result()
+    assert second.rc == 1 and f"a sandbox named {name} is running" in second["error"], second
+    assert r1["stdout"] == "first alive\n" and r1["exit_code"] == 0, r1

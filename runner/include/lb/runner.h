@@ -36,7 +36,7 @@ struct lb_host_facts {
 	bool cgroup_v2_mounted;	       /* a v2 hierarchy exists even if v1 carries the controllers */
 	char cgroup_root[256];	       /* lensbox's own subtree, e.g. /sys/fs/cgroup/lensbox or the v1 "lensbox" */
 	bool seccomp;		       /* SECCOMP_MODE_FILTER available */
-	bool user_namespaces;	       /* unprivileged... no: root may create them (max_user_namespaces > 0) */
+	bool user_namespaces;	       /* root may create them (user.max_user_namespaces > 0) */
 	bool loop_devices;	       /* /dev/loop-control usable */
 	char why_not[256];	       /* empty when sandboxes can run here; else one sentence */
 };
@@ -72,7 +72,10 @@ struct lb_sandbox_spec {
 struct lb_sandbox; /* opaque; owned by the caller between start and stop */
 
 /* Creates cgroup, disk, namespaces and root; returns a running sandbox whose init waits for exec requests.
- * Starting again from the same storage gives back every file. */
+ * Starting again from the same storage gives back every file. Fails with -EEXIST (touching nothing) when a
+ * cgroup of this name still holds processes (a running sandbox, or a crash's leftovers: lb_sandbox_cleanup), with
+ * -EBUSY when the storage is still attached after 2 s, with -ENOTSUP when the kernel's Landlock ABI is below the
+ * policy's minimum. On failure everything created is undone and *ret is untouched. */
 int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err);
 
 /* The sandbox's network namespace (a new fd the caller closes) for netfilter/ to plug a veth into. */
@@ -110,16 +113,19 @@ struct lb_exec_result {
 };
 
 /* Runs one program to completion (or its time limit); every process it left is killed when its main process
- * exits. A program that fails is a success here: its status is in the result. */
+ * exits. A program that fails is a success here: its status is in the result. A setup step that fails (chdir,
+ * execve of a missing program, ...) is an error naming the step, and nothing ran. On success *ret holds malloc'ed
+ * buffers (lb_exec_result_free). */
 int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, struct lb_exec_result *ret,
 		    struct lb_error *err);
 void lb_exec_result_free(struct lb_exec_result *r);
 
 /* Kills everything in the sandbox and releases namespaces, mounts, loop device and cgroups; storage stays.
- * Frees sb whatever happens. */
+ * Frees sb whatever happens. The loop device detaches asynchronously a moment later; start and
+ * lb_sandbox_destroy_storage wait for it. */
 int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err);
 
-/* Removes the storage of a stopped sandbox. */
+/* Removes the storage of a stopped sandbox (-EBUSY if its image is still attached after 2 s). */
 int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err);
 
 /* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
