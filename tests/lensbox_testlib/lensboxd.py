@@ -75,12 +75,12 @@ def shared_images_dir():
 class Daemon:
     def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None, dir_mode=0o700):
         assert os.path.isfile(LENSBOXD), f"{LENSBOXD} was not built (cmake --build the lensboxd target)"
+        self.images = images_dir or shared_images_dir()  # first: it may fail, and then nothing is left behind
         self.dir = keep_dirs or tempfile.mkdtemp(prefix="lbd-")
         os.chmod(self.dir, dir_mode)
         self.socket = os.path.join(self.dir, "sock", "lensboxd.sock")
         self.state = os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
-        self.images = images_dir or shared_images_dir()
         self.prefix = f"t{os.getpid() % 100000}-{random.randrange(36 ** 3):03x}"
         # A host-uid range of its own: daemons of parallel tests must never share a uid.
         self.uid_start = 1_100_000_000 + random.randrange(20000) * 10000
