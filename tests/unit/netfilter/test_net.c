@@ -1,0 +1,202 @@
+/*
+ * Unit tests for netfilter/src/net.c, ruleset.c and veth.c against the kernel, in network namespaces this test
+ * creates (unshare(CLONE_NEWNET)): never the machine's own. The first new namespace stands for the host, a second one
+ * for a sandbox. Nothing is sent anywhere; the tests look at the table, links and addresses. Needs root.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "lb/netfilter.h"
+
+static int host_fd = -1, sandbox_fd = -1;
+
+static int enter_worlds(void **state)
+{
+	(void)state;
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_net needs root (it creates network namespaces)\n");
+		return -1;
+	}
+	/* the "host": a fresh, empty namespace, so the machine's ruleset and links are never touched */
+	if (unshare(CLONE_NEWNET) < 0)
+		return -1;
+	host_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (unshare(CLONE_NEWNET) < 0)
+		return -1;
+	sandbox_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (host_fd < 0 || sandbox_fd < 0 || setns(host_fd, CLONE_NEWNET) < 0)
+		return -1;
+	return 0;
+}
+
+static int leave(void **state)
+{
+	(void)state;
+	close(host_fd);
+	close(sandbox_fd);
+	return 0;
+}
+
+static char *run(const char *cmd)
+{
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	char *buf = calloc(1, 1 << 16);
+	size_t n = fread(buf, 1, (1 << 16) - 1, p);
+	buf[n] = '\0';
+	pclose(p);
+	return buf;
+}
+
+static struct lb_net *start(void)
+{
+	struct lb_net_config cfg = { .policy_dir = LENSBOX_SOURCE_DIR "/policy",
+				     .pool = "10.231.0.0/24",
+				     .dns_upstream = "192.0.2.53", /* never asked: no query is made in these tests */
+				     .resolver_port = 20053,
+				     .relay_port = 20080,
+				     .skip_npm_lookup = true };
+	struct lb_net *net = NULL;
+	struct lb_error err = { 0 };
+	int r = lb_net_init(&cfg, &net, &err);
+	if (r < 0)
+		fail_msg("lb_net_init: %s", err.msg);
+	return net;
+}
+
+static void attach_detach_web(void **state)
+{
+	(void)state;
+	struct lb_net *net = start();
+	struct lb_error err = { 0 };
+	char *empty = run("nft list table inet lensbox");
+	struct lb_net_info info;
+	if (lb_net_attach(net, "unit-web", sandbox_fd, "web", &info, &err) < 0)
+		fail_msg("attach: %s", err.msg);
+	assert_string_equal(info.host_ifname, "lbh0");
+	assert_string_equal(info.address, "10.231.0.2");
+	assert_string_equal(info.gateway, "10.231.0.1");
+	assert_true(if_nametoindex("lbh0") > 0);
+	char *t = run("nft list table inet lensbox");
+	assert_non_null(strstr(t, "chain sb0_fwd"));
+	assert_non_null(strstr(t, "ip saddr != 10.231.0.2 counter name \"sb0_blocked\" drop"));
+	assert_non_null(strstr(t, "comment \"sandbox unit-web: refused packets\""));
+	free(t);
+	/* the sandbox side, seen from inside its namespace */
+	assert_int_equal(setns(sandbox_fd, CLONE_NEWNET), 0);
+	char *addr = run("ip -4 -o addr show dev eth0");
+	char *route = run("ip route show default");
+	char *v6 = run("cat /proc/sys/net/ipv6/conf/all/disable_ipv6");
+	assert_int_equal(setns(host_fd, CLONE_NEWNET), 0);
+	assert_non_null(strstr(addr, "10.231.0.2/30"));
+	assert_non_null(strstr(route, "default via 10.231.0.1 dev eth0"));
+	assert_string_equal(v6, "1\n");
+	free(addr);
+	free(route);
+	free(v6);
+
+	uint64_t blocked = 99;
+	assert_int_equal(lb_net_blocked(net, "unit-web", &blocked, &err), 0);
+	assert_int_equal(blocked, 0);
+	/* a second sandbox of the same name replaces the first; a bad name or tier is refused */
+	assert_int_equal(lb_net_attach(net, "unit-web", sandbox_fd, "web", &info, &err), 0);
+	assert_string_equal(info.host_ifname, "lbh0");
+	assert_int_equal(lb_net_attach(net, "Bad Name", sandbox_fd, "web", &info, &err), -EINVAL);
+	assert_int_equal(lb_net_attach(net, "x", sandbox_fd, "lan", &info, &err), -EINVAL);
+
+	assert_int_equal(lb_net_detach(net, "unit-web", &err), 0);
+	assert_int_equal(if_nametoindex("lbh0"), 0);
+	t = run("nft list table inet lensbox");
+	assert_string_equal(t, empty);
+	free(t);
+	free(empty);
+	assert_int_equal(lb_net_detach(net, "unit-web", &err), -ENOENT);
+	assert_int_equal(lb_net_unload(net, &err), 0);
+	lb_net_free(net);
+}
+
+static void reconcile_after_restart(void **state)
+{
+	(void)state;
+	struct lb_net *net = start();
+	struct lb_error err = { 0 };
+	assert_int_equal(lb_net_attach(net, "keep", sandbox_fd, "packages", NULL, &err), 0);
+	lb_net_free(net); /* a crash leaves the veth and the table behind */
+	assert_true(if_nametoindex("lbh0") > 0);
+	net = start();
+	struct lb_net_health h;
+	lb_net_health(net, &h);
+	assert_true(h.table_loaded);
+	assert_int_equal(h.sandboxes, 1); /* the leftover's slot is taken until reconciled */
+	const char *known[] = { "other" };
+	unsigned removed = 0;
+	assert_int_equal(lb_net_reconcile(net, known, 1, &removed, &err), 0);
+	assert_int_equal(removed, 1);
+	assert_int_equal(if_nametoindex("lbh0"), 0);
+	lb_net_health(net, &h);
+	assert_int_equal(h.sandboxes, 0);
+	assert_int_equal(lb_net_unload(net, &err), 0);
+	lb_net_free(net);
+	char *t = run("nft list tables");
+	assert_null(strstr(t, "lensbox"));
+	free(t);
+}
+
+static void off_tier_and_resolv_conf(void **state)
+{
+	(void)state;
+	struct lb_net *net = start();
+	struct lb_error err = { 0 };
+	struct lb_net_info info;
+	assert_int_equal(lb_net_attach(net, "quiet", sandbox_fd, "off", &info, &err), 0);
+	assert_string_equal(info.host_ifname, "");
+	assert_int_equal(if_nametoindex("lbh0"), 0);
+	assert_null(lb_net_resolv_conf("off"));
+	assert_non_null(strstr(lb_net_resolv_conf("web"), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
+	assert_non_null(strstr(lb_net_resolv_conf("packages"), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
+	lb_net_unload(net, &err);
+	lb_net_free(net);
+}
+
+static void bad_config_is_refused(void **state)
+{
+	(void)state;
+	struct lb_net *net = NULL;
+	struct lb_error err = { 0 };
+	struct lb_net_config cfg = { .policy_dir = LENSBOX_SOURCE_DIR "/policy",
+				     .pool = "10.231.0.0/30",
+				     .dns_upstream = "192.0.2.53",
+				     .skip_npm_lookup = true };
+	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "prefix 8..28"));
+	cfg.pool = "10.231.0.0/24";
+	cfg.dns_upstream = "resolver.example";
+	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
+	cfg.dns_upstream = "192.0.2.53";
+	cfg.policy_dir = "/nonexistent";
+	assert_int_equal(lb_net_init(&cfg, &net, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, "/nonexistent/network/denied.list"));
+	assert_null(net);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(attach_detach_web),
+		cmocka_unit_test(reconcile_after_restart),
+		cmocka_unit_test(off_tier_and_resolv_conf),
+		cmocka_unit_test(bad_config_is_refused),
+	};
+	return cmocka_run_group_tests(tests, enter_worlds, leave);
+}
