@@ -96,7 +96,14 @@ class Daemon:
         self.proc = None
         self.log_path = os.path.join(self.dir, "lensboxd.log")
         if start:
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                log = self.read_log() if os.path.exists(self.log_path) else ""
+                self.cleanup()
+                if log:
+                    sys.stderr.write(log[-3000:])
+                raise
 
     # ---- process ----
 
