@@ -49,31 +49,37 @@ struct override {
 	const char *value;
 };
 
-/* With cgroup v2 and systemd's Delegate=yes, the service's cgroup is ours to divide, but a cgroup with processes
- * cannot also delegate controllers to children: lensboxd moves itself into a leaf, <service>/daemon. On a
- * v1/hybrid host (this one) there is nothing to do: runner/ keeps sandboxes in its own "lensbox" hierarchy. */
+/* With systemd's Delegate=yes the service's cgroup v2 subtree is ours to divide, but a cgroup v2 node with processes
+ * cannot also have children that get controllers: lensboxd moves itself into the leaf <service>/daemon, in the v2
+ * hierarchy wherever it is mounted (/sys/fs/cgroup on a pure v2 host, /sys/fs/cgroup/unified on a hybrid one). It
+ * acts only when it was started by its own unit, never on a cgroup someone else gave it. */
 static void move_to_leaf_cgroup(void)
 {
 	_cleanup_free_ char *self = NULL;
 	size_t len;
-	if (lb_read_file_at(-100, "/proc/self/cgroup", 4096, &self, &len) < 0)
+	if (lb_read_file_at(-100, "/proc/self/cgroup", 16384, &self, &len) < 0)
 		return;
-	char *nl = strchr(self, '\n');
-	if (strncmp(self, "0::/", 4) != 0 || (nl && nl[1] != '\0'))
-		return; /* not a pure v2 host */
-	self[strcspn(self, "\n")] = '\0';
-	const char *path = self + 3;
-	size_t plen = strlen(path);
-	if (plen < 16 || strcmp(path + plen - 16, "lensboxd.service") != 0)
+	char *line = strstr(self, "0::/");
+	if (!line || (line != self && line[-1] != '\n'))
+		return; /* no v2 hierarchy */
+	line += 3;
+	line[strcspn(line, "\n")] = '\0';
+	size_t plen = strlen(line);
+	if (plen < 16 || strcmp(line + plen - 16, "lensboxd.service") != 0)
 		return; /* not started by our unit: leave the caller's cgroup alone */
-	char leaf[512];
-	snprintf(leaf, sizeof(leaf), "/sys/fs/cgroup%s/daemon", path);
-	/* Safe: inside our own delegated service cgroup. */
+	const char *mount = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0	     ? "/sys/fs/cgroup"
+			    : access("/sys/fs/cgroup/unified/cgroup.controllers", F_OK) == 0 ? "/sys/fs/cgroup/unified"
+											     : NULL;
+	if (!mount)
+		return;
+	char leaf[600];
+	snprintf(leaf, sizeof(leaf), "%s%s/daemon", mount, line);
+	/* Safe: a child of our own delegated service cgroup. */
 	if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
 		lb_warn("cgroup=daemon", "could not create the daemon's leaf cgroup %s: %s", leaf, strerror(errno));
 		return;
 	}
-	char procs[600];
+	char procs[700];
 	snprintf(procs, sizeof(procs), "%s/cgroup.procs", leaf);
 	if (lb_write_file_at(-100, procs, "0") < 0)
 		lb_warn("cgroup=daemon", "could not move lensboxd into %s", leaf);
