@@ -1,0 +1,99 @@
+"""lensboxd itself, run inside the sealed network world (tests/lensbox_testlib/networld.py), serving sandboxes with
+network tiers through its API: the whole path a Lens conversation takes, with no packet leaving the world.
+
+lensboxd is started in the world's host namespace (nsenter --net, so it keeps the machine's /sys and cgroups) with
+the world's DNS server as its upstream. Each run's program is the in-sandbox probe; its refusals are asserted by errno.
+"""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lensbox_testlib import networld as nw  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+
+AGENT_SRC = open(nw.AGENT).read().split('if __name__ == "__main__":')[0]
+
+
+class WorldDaemon(Daemon):
+    def __init__(self, world, **kw):
+        self.world = world
+        super().__init__(**kw)
+
+    def argv(self):
+        return ["nsenter", f"--net=/run/netns/{self.world.host}"] + super().argv()
+
+
+@pytest.fixture(scope="module")
+def env():
+    w = nw.World()
+    d = None
+    try:
+        d = WorldDaemon(w, settings={"networking": "on", "dns_upstream": f"{nw.DNS_IP}:53"})
+        yield w, d
+    finally:
+        if d:
+            d.cleanup()
+        w.close()
+
+
+def program(world, ops, extra=""):
+    ca = open(world.ca).read()
+    return (AGENT_SRC + f"\nopen('/tmp/ca.pem', 'w').write({ca!r})\n" + extra +
+            f"\nfor a in json.loads({json.dumps(ops)!r}):\n    probe(a)\n")
+
+
+def results(run):
+    assert run["exit_code"] == 0, run
+    return [json.loads(line) for line in run["stdout"].splitlines() if line.startswith("{")]
+
+
+def test_health_reports_the_tiers(env):
+    w, d = env
+    w.assert_sealed()
+    health = d.request("GET", "/v1/health")[1]
+    assert health["network"]["tiers_available"] is True, health["network"]
+
+
+def test_web_run_through_lensboxd(env):
+    w, d = env
+    ops = [{"op": "http", "host": nw.SITE, "port": 443, "tls": True, "sni": nw.SITE, "ca": "/tmp/ca.pem"},
+           {"op": "http", "host": nw.LAN_IP, "port": 80},
+           {"op": "http", "host": nw.METADATA_IP, "port": 80},
+           {"op": "http", "host": nw.SITE_IP, "port": 8080},
+           {"op": "resolve", "name": nw.REBIND}]
+    run = d.ok_run(d.name("web"), program(w, ops), sandbox={"network": "web"})
+    r = results(run)
+    assert r[0]["ok"] and '"site": "site"' in r[0]["body"], r[0]
+    assert [x.get("error") for x in r[1:]] == ["ECONNREFUSED", "ECONNREFUSED", "EACCES", "EAI_NONAME"], r
+    assert all(x["elapsed"] < 1.0 for x in r[1:]), r
+
+
+PIP = r"""
+import subprocess
+env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "PIP_CERT": "/tmp/ca.pem"}
+p = subprocess.run(["python3", "-m", "pip", "download", "--no-cache-dir", "--disable-pip-version-check", "--no-deps",
+                    "-d", "/tmp/dl", "--index-url", "https://pypi.org/simple/", "lbdemo"], env=env,
+                   capture_output=True, text=True)
+print(json.dumps({"op": "pip", "ok": p.returncode == 0, "out": (p.stdout + p.stderr)[-1500:], "elapsed": 0,
+                  "files": os.listdir("/tmp/dl") if p.returncode == 0 else []}))
+"""
+
+
+def test_packages_run_through_lensboxd(env):
+    w, d = env
+    ops = [{"op": "http", "host": nw.REGISTRY_IP, "port": 443, "tls": True, "sni": nw.NEIGHBOUR, "ca": "/tmp/ca.pem"},
+           {"op": "resolve", "name": nw.SITE}]
+    run = d.ok_run(d.name("pkg"), program(w, ops, extra=PIP), sandbox={"network": "packages"})
+    r = results(run)
+    assert r[0]["ok"] and r[0]["files"] == ["lbdemo-1.0-py3-none-any.whl"], r[0]["out"]
+    assert [x.get("error") for x in r[1:]] == ["ECONNRESET", "EAI_NONAME"], r
+
+
+def test_off_run_through_lensboxd(env):
+    w, d = env
+    ops = [{"op": "http", "host": nw.SITE_IP, "port": 80}, {"op": "udp", "addr": nw.DNS_IP, "port": 53}]
+    run = d.ok_run(d.name("off"), program(w, ops))
+    assert [x.get("error") for x in results(run)] == ["EACCES", "ENETUNREACH"], run
