@@ -97,3 +97,20 @@ def test_off_run_through_lensboxd(env):
     ops = [{"op": "http", "host": nw.SITE_IP, "port": 80}, {"op": "udp", "addr": nw.DNS_IP, "port": 53}]
     run = d.ok_run(d.name("off"), program(w, ops))
     assert [x.get("error") for x in results(run)] == ["EACCES", "ENETUNREACH"], run
+
+
+def test_health_names_a_foreign_forward_drop(env):
+    """A Docker-like forward policy of drop in another table would stop `web`: /v1/health says which chain."""
+    w, d = env
+    assert d.request("GET", "/v1/health")[1]["network"]["blocking_forward_chain"] is None
+    nw.sh("nft", "-f", "-", ns=w.host,
+          input="add table ip filter\nadd chain ip filter FORWARD { type filter hook forward priority 0; policy drop; }\n")
+    try:
+        net = d.request("GET", "/v1/health")[1]["network"]
+        assert net["blocking_forward_chain"] == "ip filter FORWARD (policy drop)", net
+        # and it is true: web traffic now dies in that chain (a drop there, so the connection times out)
+        run = d.ok_run(d.name("web"), program(w, [{"op": "http", "host": nw.SITE_IP, "port": 80, "timeout": 1}]),
+                       sandbox={"network": "web"})
+        assert results(run)[0].get("error") == "TIMEOUT", run
+    finally:
+        nw.sh("nft", "delete", "table", "ip", "filter", ns=w.host)
