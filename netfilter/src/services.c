@@ -187,8 +187,11 @@ static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode,
 		n = LB_ARRAY_SIZE(a16);
 	for (size_t i = 0; i < n; i++)
 		memcpy(a16[i], &addrs[i], 4);
-	uint8_t out[512];
-	int len = lb_dns_build_response(q, rcode, (const uint8_t(*)[16])a16, n, ttl, out, sizeof(out));
+	uint8_t out[512]; /* what a client without EDNS accepts: drop addresses until the answer fits */
+	int len;
+	do
+		len = lb_dns_build_response(q, rcode, (const uint8_t(*)[16])a16, n, ttl, out, sizeof(out));
+	while (len == -ENOBUFS && n-- > 0);
 	if (len > 0)
 		sendto(job->svc->fd, out, (size_t)len, MSG_DONTWAIT, (struct sockaddr *)&job->from, sizeof(job->from));
 }

@@ -183,6 +183,19 @@ static void response_building(void **state)
 	assert_int_equal(n, 2);
 	assert_memory_equal(back[1], addrs[1], 4);
 	assert_int_equal(ttl, 60);
+	/* a long name with 16 addresses does not fit a 512-byte answer: -ENOBUFS, so the resolver sends fewer */
+	char longname[LB_DNS_NAME_MAX + 1];
+	memset(longname, 'a', 249);
+	memcpy(longname + 49, ".", 1);
+	memcpy(longname + 99, ".", 1);
+	memcpy(longname + 149, ".", 1);
+	memcpy(longname + 199, ".", 1);
+	memcpy(longname + 249, ".org", 5);
+	struct lb_dns_query lq = q;
+	strcpy(lq.name, longname);
+	uint8_t many[16][16] = { { 0 } };
+	assert_int_equal(lb_dns_build_response(&lq, 0, (const uint8_t(*)[16])many, 16, 60, out, sizeof(out)), -ENOBUFS);
+	assert_true(lb_dns_build_response(&lq, 0, (const uint8_t(*)[16])many, 14, 60, out, sizeof(out)) > 0);
 	/* too small a buffer is an error, not an overflow */
 	assert_true(lb_dns_build_response(&q, 0, (const uint8_t(*)[16])addrs, 2, 60, out, 40) < 0);
 }
