@@ -192,12 +192,13 @@ int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup
 	return cg_new(host, name, false, NULL, ret, err);
 }
 
-int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err)
+int lb_cg_open_join(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err)
 {
 	size_t n = 0;
+	const char *file = cg->version == LB_CGROUP_V1 ? "tasks" : "cgroup.procs";
 	for (size_t i = 0; i < cg->n_dirs; i++) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s/cgroup.procs", cg->dirs[i], lb_cg_leaf_name(leaf));
+		snprintf(path, sizeof(path), "%s/%s/%s", cg->dirs[i], lb_cg_leaf_name(leaf), file);
 		int fd = open(path, O_WRONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int e = errno;

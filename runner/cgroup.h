@@ -69,9 +69,11 @@ int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct l
 /* Describes the existing cgroup of a sandbox from its name only (for cleanup); does not create anything. */
 int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err);
 
-/* Opens (O_WRONLY|O_CLOEXEC) cgroup.procs of a leaf in every hierarchy: a child writes "0" into each to join.
- * fds must hold LB_CG_MAX_DIRS entries; *ret_n is set to how many were opened. */
-int lb_cg_open_procs(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err);
+/* Opens (O_WRONLY|O_CLOEXEC) what a single-threaded child writes "0" into to join a leaf, one per hierarchy: on v1
+ * the leaf's `tasks` (moving the calling thread, which is the whole process, takes no cgroup_threadgroup_rwsem and so
+ * never waits for an RCU grace period the way a cgroup.procs write does); on v2 cgroup.procs (v2 children are
+ * born in their leaf with CLONE_INTO_CGROUP instead). fds must hold LB_CG_MAX_DIRS entries. */
+int lb_cg_open_join(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err);
 
 /* v2 only: an O_DIRECTORY fd of a leaf for clone3(CLONE_INTO_CGROUP), which starts a child directly in it (no
  * migration, no wait on cgroup_threadgroup_rwsem). -EOPNOTSUPP on v1, where the child writes cgroup.procs. */

@@ -302,6 +302,7 @@ static _Noreturn void c1_main(const struct exec_plan *p)
 	/* No supplementary groups of the caller may follow us (setgroups is denied inside the sandbox). */
 	if (syscall(SYS_setgroups, 0, NULL) < 0)
 		fail_child(rep, "setgroups", errno);
+	/* v1: "0" into each hierarchy's `tasks` moves this (single) thread, i.e. the whole of C1. */
 	for (size_t i = 0; i < p->n_cg; i++) {
 		if (write(p->cg_fds[i], "0", 1) != 1)
 			fail_child(rep, "joining the run cgroup", errno);
@@ -420,7 +421,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		goto out;
 	if ((r = build_candidates(p.argv[0], p.envp, &p.candidates, err)) < 0)
 		goto out;
-	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_procs(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
+	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
 		goto out;
 	if ((r = lb_capture_init(&cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
 	    (r = lb_capture_init(&cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0) {

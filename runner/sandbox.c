@@ -99,9 +99,11 @@ void lb_child_report(int fd, int kind, int err, int status, const char *step)
 /* Everything the init child needs, prepared before clone3(). */
 struct init_args {
 	const struct lb_rootfs_plan *plan;
-	int release_fd; /* read end: one byte when the parent has mapped ids and set the cgroup */
-	int report_fd;	/* write end, CLOEXEC */
-	int init_fd;	/* sealed memfd of lensbox-init, CLOEXEC */
+	int release_fd;		    /* read end: one byte when the parent has mapped ids and set the cgroup */
+	int report_fd;		    /* write end, CLOEXEC */
+	int init_fd;		    /* sealed memfd of lensbox-init, CLOEXEC */
+	int cg_fds[LB_CG_MAX_DIRS]; /* v1: the `init` leaf's tasks files, to join by writing "0" */
+	size_t n_cg;
 	char report_fd_arg[16];
 	uint32_t uid, gid;
 };
@@ -169,6 +171,14 @@ static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
 
 static _Noreturn void init_main(const struct init_args *a)
 {
+	/* v1: join the `init` leaf first, in parallel with the parent writing our id maps. */
+	for (size_t i = 0; i < a->n_cg; i++) {
+		if (write(a->cg_fds[i], "0", 1) != 1) {
+			lb_child_report(a->report_fd, 'E', errno, 0, "joining the init cgroup");
+			_exit(1);
+		}
+		close(a->cg_fds[i]);
+	}
 	char byte;
 	ssize_t n;
 	do
@@ -428,6 +438,9 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 				  .uid = sb->uid,
 				  .gid = sb->gid };
 	snprintf(args.report_fd_arg, sizeof(args.report_fd_arg), "%d", report[1]);
+	if (sb->cg->version == LB_CGROUP_V1 &&
+	    (r = lb_cg_open_join(sb->cg, LB_CG_INIT, args.cg_fds, &args.n_cg, err)) < 0)
+		goto fail;
 	int pidfd = -1;
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
@@ -435,7 +448,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_PIDFD;
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = SIGCHLD;
-	/* v2: born in the `init` leaf. v1: moved there below, before it is released. */
+	/* v2: born in the `init` leaf. v1: the child joins it itself, first thing. */
 	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_INIT);
 	if (leaf_fd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
@@ -443,17 +456,18 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	/* clone3 without a stack behaves like fork(): the child runs init_main() on a copy of this stack. */
 	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-	if (leaf_fd >= 0) {
-		int e = errno;
+	if (pid == 0)
+		init_main(&args);
+	int clone_errno = errno;
+	if (leaf_fd >= 0)
 		close(leaf_fd);
-		errno = e;
-	}
+	for (size_t i = 0; i < args.n_cg; i++)
+		close(args.cg_fds[i]);
+	errno = clone_errno;
 	if (pid < 0) {
 		r = lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
 		goto fail;
 	}
-	if (pid == 0)
-		init_main(&args);
 	sb->init_pid = pid;
 	sb->init_pidfd = pidfd;
 	close(release[0]);
@@ -471,21 +485,6 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	snprintf(map, sizeof(map), "%u %u 1\n", sb->gid, (unsigned)spec->host_gid);
 	if ((r = write_proc(pid, "gid_map", map, err)) < 0)
 		goto fail;
-	if (!(ca.flags & CLONE_INTO_CGROUP)) {
-		int fds[LB_CG_MAX_DIRS];
-		size_t nfds = 0;
-		if ((r = lb_cg_open_procs(sb->cg, LB_CG_INIT, fds, &nfds, err)) < 0)
-			goto fail;
-		char pidstr[16];
-		snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
-		for (size_t i = 0; i < nfds; i++) {
-			if (r == 0 && lb_write_all(fds[i], pidstr, strlen(pidstr)) < 0)
-				r = lb_error_set(err, errno, "moving init into its cgroup");
-			close(fds[i]);
-		}
-		if (r < 0)
-			goto fail;
-	}
 	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
 	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
 	(void)write_proc(pid, "oom_score_adj", "-1000", NULL);
