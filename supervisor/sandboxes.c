@@ -461,6 +461,20 @@ static void spec_changes(const struct lb_store_sandbox *row, const struct lbd_sp
 	}
 }
 
+/* A sandbox is never created or replaced for an image that is not there: nothing changes, 503. */
+static int check_image(struct lbd *d, const char *image, struct lbd_fail *f)
+{
+	struct lbd_image img;
+	struct lb_error err = { 0 };
+	int r = lbd_image_resolve(d, image, &img, &err);
+	if (r < 0) {
+		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", image, err.msg);
+		return r;
+	}
+	lbd_image_release(&img);
+	return 0;
+}
+
 int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_spec_request *req, bool start,
 		       struct lbd_ensure_result *ret, struct lbd_fail *f)
 {
@@ -470,6 +484,8 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	char lf[256];
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
+		if ((r = check_image(d, req->spec.image, f)) < 0)
+			return r;
 		/* A storage directory without a row is what a crash between removing a row's storage and the row
 		 * left; nobody owns it, and the new sandbox must start empty. */
 		char storage[512];
@@ -498,6 +514,8 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		char why[256];
 		spec_changes(&row, req, why, sizeof(why));
 		if (why[0]) {
+			if ((r = check_image(d, req->spec.image, f)) < 0)
+				return r;
 			r = destroy_locked(d, sb, f);
 			if (r < 0)
 				return r;
