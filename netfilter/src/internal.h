@@ -90,7 +90,11 @@ int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void 
 
 int lb_resolver_start(struct lb_net *ctx, struct lb_error *err);
 int lb_relay_start(struct lb_net *ctx, struct lb_error *err);
-void lb_service_stop(struct lb_service *s);
+/* Stops accepting work (joins the service's thread); requests already handed to worker threads go on, and may still
+ * answer through the service's socket. */
+void lb_service_halt(struct lb_service *s);
+/* Halts if needed, closes the socket, frees. Only once no worker thread uses the service any more. */
+void lb_service_free(struct lb_service *s);
 /* Wakes every relayed connection (shutdown of both sockets) and forbids new ones; their threads then finish. */
 void lb_relay_shutdown_all(struct lb_net *ctx);
 

@@ -288,15 +288,18 @@ void lb_net_free(struct lb_net *ctx)
 {
 	if (!ctx)
 		return;
-	lb_service_stop(ctx->resolver);
-	lb_service_stop(ctx->relay);
-	/* Detached per-connection threads hold ctx: wake the relayed ones, then wait for all of them. Each is bounded
-	 * (hello 5 s, upstream connect and DNS by timeout_ms, splices end at the shutdown), so this ends. */
+	lb_service_halt(ctx->resolver);
+	lb_service_halt(ctx->relay);
+	/* Detached per-request threads hold ctx and the resolver's socket: wake the relayed connections, then wait for
+	 * all of them. Each is bounded (hello 5 s, upstream connect and DNS by timeout_ms, splices end at the
+	 * shutdown), so this ends. Only then are the sockets closed, so no answer goes to a reused descriptor. */
 	lb_relay_shutdown_all(ctx);
 	while (atomic_load(&ctx->relay_conns) || atomic_load(&ctx->dns_inflight)) {
 		struct timespec ts = { 0, 10L * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
+	lb_service_free(ctx->resolver);
+	lb_service_free(ctx->relay);
 	lb_cidr_list_free(&ctx->denied);
 	lb_name_list_free(&ctx->packages);
 	free(ctx->web_template);
@@ -381,14 +384,13 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 		return lb_error_setx(err, ENOSPC, "the network pool has no free /30 left (%zu sandboxes)",
 				     ctx->n_slots);
 
-	char ifname[16], alias[80], addr_s[16], gw_s[16], sb[16], slot_s[12];
+	char ifname[16], alias[80], addr_s[16], gw_s[16], sb[16];
 	slot_ifname(slot, ifname);
 	snprintf(alias, sizeof(alias), "lensbox:%s", name);
 	snprintf(sb, sizeof(sb), "sb%u", slot);
 	uint32_t gw = ctx->pool_base + 4 * slot + 1, addr = gw + 1;
 	ip_str(gw, gw_s);
 	ip_str(addr, addr_s);
-	snprintf(slot_s, sizeof(slot_s), "%u", slot);
 	int ifindex = 0;
 	_cleanup_free_ char *rules = NULL;
 

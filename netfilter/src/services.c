@@ -51,6 +51,7 @@ struct lb_service {
 	pthread_t thread;
 	int fd;
 	int stop_fd; /* eventfd: readable when the service must stop */
+	bool halted; /* its thread has been joined */
 	struct lb_net *ctx;
 };
 
@@ -61,13 +62,21 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-void lb_service_stop(struct lb_service *s)
+void lb_service_halt(struct lb_service *s)
 {
-	if (!s)
+	if (!s || s->halted)
 		return;
 	uint64_t one = 1;
 	if (write(s->stop_fd, &one, sizeof(one)) == sizeof(one))
 		pthread_join(s->thread, NULL);
+	s->halted = true;
+}
+
+void lb_service_free(struct lb_service *s)
+{
+	if (!s)
+		return;
+	lb_service_halt(s);
 	close(s->fd);
 	close(s->stop_fd);
 	free(s);
