@@ -17,6 +17,9 @@ def test_runner_benchmark_prints_ratios():
     lines = p.stdout.strip().splitlines()
     assert any("lensbox new sandbox" in line and "x bare" in line for line in lines), p.stdout
     figures = json.loads(lines[-1])
-    for key in ("bare_ms", "bwrap_ms", "new_ms", "new_library_ms", "exec_ms", "exec_library_ms", "ratio_bwrap",
-                "ratio_new", "ratio_new_library", "ratio_exec", "ratio_exec_library"):
+    for key in ("bare_ms", "bwrap_ms", "new_ms", "new_library_ms", "exec_library_ms", "ratio_bwrap", "ratio_new",
+                "ratio_new_library", "ratio_exec_library"):
         assert figures[key] > 0, (key, figures)
+    # The marginal exec cost is a difference of two medians: with 3 iterations on a busy machine it may come out
+    # at or below zero, so only its presence is checked here.
+    assert isinstance(figures["exec_ms"], float) and isinstance(figures["ratio_exec"], float), figures
