@@ -37,7 +37,7 @@ def in_threads(fns):
 
 
 def test_twenty_sandboxes_run_at_once(d):
-    src = "import time\nt0 = time.time()\ntime.sleep(2)\nprint(t0, time.time())"
+    src = "import time\nt0 = time.time()\ntime.sleep(5)\nprint(t0, time.time())"
     names = [d.name(f"par{i}") for i in range(20)]
     ts, out = in_threads([lambda n=n: d.run(n, src, timeout=300) for n in names])
     for t in ts:
@@ -83,7 +83,7 @@ def test_a_slow_run_delays_neither_another_sandbox_nor_health_list_or_files(d):
 def test_runs_in_one_sandbox_go_one_at_a_time_in_arrival_order(d):
     n = d.name("fifo")
     d.ok_run(n, "open('order', 'w').close()")
-    src = ("import time, sys\nopen('order', 'a').write('start %s\\n')\ntime.sleep(0.4)\n"
+    src = ("import time, sys\nopen('order', 'a').write('start %s\\n')\ntime.sleep(1)\n"
            "open('order', 'a').write('end %s\\n')\n")
     threads = []
     out = {}
@@ -91,7 +91,11 @@ def test_runs_in_one_sandbox_go_one_at_a_time_in_arrival_order(d):
         t = threading.Thread(target=lambda i=i: out.setdefault(i, d.run(n, src % (i, i))))
         t.start()
         threads.append(t)
-        time.sleep(0.15)  # arrival order 0, 1, 2, 3, 4
+        # arrival order 0, 1, 2, 3, 4: the next request is sent only once this one is inside lensboxd
+        deadline = time.monotonic() + 20
+        while d.request("GET", "/v1/health")[1]["runs_in_flight"] < i + 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.05)
     for t in threads:
         t.join()
     assert all(out[i][0] == 200 for i in range(5))
