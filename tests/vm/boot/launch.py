@@ -11,10 +11,13 @@ lays out the cgroup v2 tree the way systemd does on a host running lensboxd, and
                                        trusted.delegate=1 and starts lensboxd in it; the daemon moves itself into a
                                        leaf and creates its sandboxes' cgroups next to it (tests start lensboxd
                                        there through LENSBOX_VM_SYSTEMD_UNIT)
-Exit status: pytest's; 6 when the cgroup layout cannot be made (the lane then proves nothing).
+Exit status: pytest's; 6 when the cgroup layout cannot be made (the lane then proves nothing); 7 when pytest
+outlived the guest's deadline: then the processes, their kernel stacks and the kernel's blocked tasks are dumped to
+the console first (so a hang in lensbox shows where it hangs), and pytest's process group is killed.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -47,7 +50,37 @@ def main():
         return 6
     cmd = ["/usr/bin/python3", "-m", "pytest", *config["pytest_args"]]
     print("launch: " + " ".join(cmd), flush=True)
-    return subprocess.run(cmd, env=env, cwd=config["cwd"]).returncode
+    proc = subprocess.Popen(cmd, env=env, cwd=config["cwd"], start_new_session=True)
+    try:
+        return proc.wait(timeout=config["deadline_s"])
+    except subprocess.TimeoutExpired:
+        print(f"launch: pytest still running after {config['deadline_s']}s: dumping state", flush=True)
+        dump_state()
+        os.killpg(proc.pid, signal.SIGKILL)  # pytest's own session: every test process it started
+        proc.wait()
+        return 7
+
+
+def dump_state():
+    subprocess.run(["ps", "-o", "pid,ppid,stat,time,args"])
+    for pid in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state not in ("D", "S") or pid == "1":
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            with open(f"/proc/{pid}/stack") as f:
+                stack = f.read()
+            with open(f"/proc/{pid}/cgroup") as f:
+                cg = f.read().strip()
+            print(f"--- pid {pid} [{state}] {cg} {cmdline}\n{stack}", flush=True)
+        except OSError:
+            continue
+    with open("/proc/sysrq-trigger", "w") as f:
+        f.write("w")  # the kernel's list of blocked (D state) tasks, into dmesg
+    subprocess.run(["dmesg"], stdout=open("/results/dmesg-at-deadline.txt", "w"))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,13 @@ It adapts the shared test helpers to the guest without changing them, in the ope
 - the shipped policy's Landlock minimum (6) is above 6.1's ABI 2, so every sandbox would be refused (which
   tests/vm/guest/test_runner_v2.py proves). The lane's other tests use a test copy of policy/ that adds
   `degraded_min_abi <the kernel's ABI>` and nothing else: $LENSBOX_VM_POLICY_DIR, also patched into
-  lensbox_testlib.runner.POLICY_DIR and the policy directory lensbox_testlib.lensboxd.Daemon passes to lensboxd;
-- lensboxd started by lensbox_testlib.lensboxd.Daemon is started the way systemd starts a Delegate=yes unit: its
-  process is put into $LENSBOX_VM_SYSTEMD_UNIT before it execs lensboxd.
+  lensbox_testlib.runner.POLICY_DIR, lensbox_testlib.attack.POLICY_DIR and the policy directory
+  lensbox_testlib.lensboxd.Daemon passes to lensboxd;
+- the default image cannot be built in the guest (no network, no mmdebstrap): run-vm carried the host's unpacked
+  copy and its OCI archive in at their host paths, $LENSBOX_TEST_ROOTFS and $LENSBOX_TEST_IMAGE_ARCHIVE, which
+  lensbox_testlib.images.default_rootfs and default_image_archive now return.
+The supervisor's own tests start lensboxd from the tests' scope, like on the host (sandboxes' cgroups under
+/sys/fs/cgroup/lensbox); tests/vm/guest/test_lensboxd_v2.py starts it the way systemd starts a Delegate=yes unit.
 The kernel's ABI is asked from the kernel; the policy copy is made once per session under /run.
 """
 import ctypes
@@ -48,19 +52,26 @@ def pytest_configure(config):
     policy = degraded_policy_copy(kernel_landlock_abi())
     os.environ["LENSBOX_VM_POLICY_DIR"] = policy
     sys.path.insert(0, os.path.join(SOURCE_DIR, "tests"))
-    from lensbox_testlib import runner
+    from lensbox_testlib import images, runner
 
     runner.POLICY_DIR = policy
+    rootfs = os.environ["LENSBOX_TEST_ROOTFS"]
+    archive = os.environ["LENSBOX_TEST_IMAGE_ARCHIVE"]
+    images.default_rootfs = lambda: rootfs
+    images.default_image_archive = lambda: archive
+    try:
+        from lensbox_testlib import attack
+    except ImportError:
+        pass
+    else:
+        attack.POLICY_DIR = policy
     try:
         from lensbox_testlib import lensboxd
     except ImportError:
         return
-    unit = os.environ["LENSBOX_VM_SYSTEMD_UNIT"]
     plain_argv = lensboxd.Daemon.argv
 
-    def argv_as_systemd_unit(self):
-        argv = [policy if a == SHIPPED_POLICY else a for a in plain_argv(self)]
-        # What systemd does for the unit's main process: into the unit's cgroup, then exec.
-        return ["/bin/sh", "-c", f'echo $$ >{unit}/cgroup.procs && exec "$@"', "lensboxd", *argv]
+    def argv_with_test_policy(self):
+        return [policy if a == SHIPPED_POLICY else a for a in plain_argv(self)]
 
-    lensboxd.Daemon.argv = argv_as_systemd_unit
+    lensboxd.Daemon.argv = argv_with_test_policy

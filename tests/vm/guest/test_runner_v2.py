@@ -130,6 +130,14 @@ def test_tcp_rules_exist_only_from_abi_4(env):
         assert out[:2] == ["bind ok", "connect ok"]
 
 
+def test_signal_scope_exists_only_from_abi_6(env):
+    # The sandbox's init (pid 1) runs outside the run's Landlock domain: ABI 6 scopes refuse signalling it (EPERM,
+    # as on the host lane); before ABI 6 nothing but the uid check stands between them. Signal 0 only probes.
+    code = "import errno, os\ntry:\n    os.kill(1, 0)\n    print('ok')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])"
+    out = ran(env.python(code))["stdout"]
+    assert out == ("EPERM\n" if expected_abi() >= 6 else "ok\n")
+
+
 # -------------------------------------------------------------------------------------------------- cgroup v2
 
 
