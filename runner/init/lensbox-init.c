@@ -3,53 +3,104 @@
  *
  * Runs inside the sandbox (all its namespaces, its pivoted root) as the sandbox's uid with every capability set
  * empty, no_new_privs and Landlock-free (programs' Landlock domains exclude it, so they cannot signal or trace it).
- * The runner's first child builds the sandbox, drops privileges and then execveat()s this static binary from a sealed
+ * The runner's first child builds the sandbox, drops privileges and then execveat()s this binary from a sealed
  * memfd, so pid 1 holds nothing of the caller: no copy of lensboxd's memory, no descriptor but the report pipe
- * (argv[1]), which it answers 'R' on and closes. Invariants: non-dumpable before anything else; every signal
- * blocked (SIGKILL from the host still ends it, and with it the pid namespace); no descriptor open while it waits.
+ * (argv[1]), which it answers 'R' on and closes.
+ *
+ * Freestanding: no libc, a few raw system calls, about a kilobyte of code; the whole binary is copied into a memfd
+ * at every sandbox start, and pid 1 should contain as little as possible. Invariants: non-dumpable before anything
+ * else; every signal blocked (SIGKILL from the host still ends it, and with it the pid namespace); no descriptor
+ * open while it waits.
  */
 #include "../report.h"
 
-#include <errno.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <asm/unistd.h>
+#include <linux/prctl.h>
+#include <linux/wait.h>
 
-int main(int argc, char **argv)
+/* x86-64 and aarch64 system call conventions. */
+static long sys6(long n, long a, long b, long c, long d, long e)
 {
-	/* Dumpable is reset by execve: clear it before anything, so no process of the sandbox may trace us or
-	 * open our /proc files. */
-	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-		return 1;
-	sigset_t all;
-	sigfillset(&all);
-	if (sigprocmask(SIG_SETMASK, &all, NULL) < 0)
-		return 1;
-	if (argc == 2) {
-		char *end;
-		long fd = strtol(argv[1], &end, 10);
-		if (*end == '\0' && fd > 2 && fd < 1024) {
-			struct lb_child_report rep;
-			memset(&rep, 0, sizeof(rep));
-			rep.kind = 'R';
-			ssize_t w;
-			do
-				w = write((int)fd, &rep, sizeof(rep));
-			while (w < 0 && errno == EINTR);
-		}
+#if defined(__x86_64__)
+	long ret;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+			 : "rcx", "r11", "memory");
+	return ret;
+#elif defined(__aarch64__)
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	__asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+	return x0;
+#else
+#error "lensbox-init: unsupported architecture"
+#endif
+}
+
+#define SIGCHLD_BIT (1UL << (17 - 1))
+
+static _Noreturn void die(void)
+{
+	for (;;)
+		sys6(__NR_exit_group, 1, 0, 0, 0, 0);
+}
+
+/* argv[1] is the report pipe's descriptor number, in decimal. */
+static long parse_fd(const char *s)
+{
+	long v = 0;
+	if (!s || !*s)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || v > 100000)
+			return -1;
+		v = v * 10 + (*s - '0');
 	}
-	syscall(SYS_close_range, 0u, ~0u, 0u);
-	sigset_t chld;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
+	return v;
+}
+
+_Noreturn void lb_init_main(long *sp); /* called from _start below */
+
+__attribute__((used)) _Noreturn void lb_init_main(long *sp)
+{
+	/* Dumpable is reset by execve: clear it first, so no process of the sandbox may trace us or open our
+	 * /proc files. */
+	if (sys6(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		die();
+	unsigned long all = ~0UL;
+	if (sys6(__NR_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&all, 0, 8, 0) < 0)
+		die();
+	long argc = sp[0];
+	char **argv = (char **)(sp + 1);
+	long fd = argc == 2 ? parse_fd(argv[1]) : -1;
+	if (fd > 2) {
+		struct lb_child_report rep = { .kind = 'R' };
+		long w;
+		do
+			w = sys6(__NR_write, fd, (long)&rep, sizeof(rep), 0, 0);
+		while (w == -4 /* EINTR */);
+	}
+	sys6(__NR_close_range, 0, ~0U, 0, 0, 0);
+	unsigned long chld = SIGCHLD_BIT;
 	for (;;) {
-		while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+		while (sys6(__NR_wait4, -1, 0, WNOHANG | __WALL, 0, 0) > 0)
 			;
-		siginfo_t si;
-		sigwaitinfo(&chld, &si);
+		/* rt_sigtimedwait(SIGCHLD): wakes when a child (an orphan reparented to us) exits. */
+		sys6(__NR_rt_sigtimedwait, (long)&chld, 0, 0, 8, 0);
 	}
 }
+
+/* The entry point: hand the initial stack pointer (argc, argv...) to C with the ABI's stack alignment. */
+#if defined(__x86_64__)
+__asm__(".text\n.global _start\n_start:\n\txor %rbp, %rbp\n\tmov %rsp, %rdi\n\tand $-16, %rsp\n\tcall lb_init_main\n"
+	"\thlt\n");
+#elif defined(__aarch64__)
+__asm__(".text\n.global _start\n_start:\n\tmov x29, #0\n\tmov x0, sp\n\tbl lb_init_main\n");
+#endif

@@ -44,12 +44,15 @@ def test_cleanup_after_the_runner_was_killed(env):
     env.names.append(name)
     cmd = [rl.runner_bin(), "--rootfs", rl.rootfs(), "--storage", st, "--policy", rl.POLICY_DIR, "--run-dir",
            env.run_dir, "--name", name, "--uid", str(uid), "--keep", "--", "python3", "-c",
-           "open('/sandbox/before-crash', 'w').write('x'); import time; time.sleep(600)"]
+           "import os, time\nwith open('/sandbox/before-crash.tmp', 'w') as f: f.write('x')\n"
+           "os.rename('/sandbox/before-crash.tmp', '/sandbox/before-crash'); time.sleep(600)"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # The storage is mounted on the host at <run_dir>/mnt/<name>: wait until the program has written its file.
+    marker = os.path.join(env.run_dir, "mnt", name, "before-crash")
     deadline = time.monotonic() + 30
-    while len(host_pids_of_uid(uid)) < 2 and time.monotonic() < deadline:  # init and python
-        time.sleep(0.1)
-    assert len(host_pids_of_uid(uid)) >= 2
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.path.exists(marker) and len(host_pids_of_uid(uid)) >= 2  # init and python
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert env.leftovers(), "the killed runner should have left its sandbox behind"
