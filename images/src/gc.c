@@ -138,7 +138,8 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 	/* Blobs no remaining image wants, older than the grace period. */
 	bfd = openat(s->rootfd, "layout/blobs/sha256", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (bfd >= 0) {
-		qsort(wanted, n_wanted, sizeof(*wanted), cmp65);
+		if (n_wanted)
+			qsort(wanted, n_wanted, sizeof(*wanted), cmp65);
 		DIR *bd = fdopendir(dup(bfd));
 		if (!bd) {
 			r = lb_error_set(err, errno, "listing %s/layout/blobs/sha256", s->root);
