@@ -48,6 +48,19 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_bool(g, "user_namespaces", d->host.user_namespaces);
 	lbd_gen_bool(g, "loop_devices", d->host.loop_devices);
 	yajl_gen_map_close(g);
+	/* Whether the default image is imported: without it, runs that name no image get 503 image_unavailable. */
+	struct lbd_image img;
+	struct lb_error ierr = { 0 };
+	bool have_image = lbd_image_resolve(d, d->cfg.default_image, &img, &ierr) == 0;
+	lbd_gen_key(g, "default_image");
+	yajl_gen_map_open(g);
+	lbd_gen_str(g, "name", d->cfg.default_image);
+	lbd_gen_bool(g, "available", have_image);
+	lbd_gen_str(g, "digest", have_image ? img.digest : NULL);
+	lbd_gen_str(g, "why_not", have_image ? NULL : ierr.msg);
+	yajl_gen_map_close(g);
+	if (have_image)
+		lbd_image_release(&img);
 	lbd_gen_key(g, "network");
 	yajl_gen_map_open(g);
 	lbd_gen_bool(g, "tiers_available", d->net != NULL);

@@ -40,6 +40,8 @@ def test_health_answers_with_host_facts(d):
     assert b["host"]["kernel"] == os.uname().release
     assert b["sandboxes"] == {"running": 0, "stopped": 0, "max_running": 16}
     assert b["runs_in_flight"] == 0
+    assert b["default_image"]["name"] == "python:3.12-slim" and b["default_image"]["available"] is True
+    assert b["default_image"]["digest"].startswith("sha256:")
 
 
 def test_health_through_curl(d):
@@ -239,3 +241,14 @@ def test_daemon_survives_all_of_it(d):
     assert 'lensbox_api_requests_total{status="400"}' in text
     assert 'lensbox_api_requests_total{status="413"}' in text
     assert d.leaks() == []
+
+
+def test_health_says_when_the_default_image_is_missing(tmp_path):
+    with Daemon(images_dir=str(tmp_path / "empty-store")) as d:
+        status, b = d.request("GET", "/v1/health")
+        assert status == 200
+        assert b["default_image"]["available"] is False and b["default_image"]["digest"] is None
+        assert "lensbox-image import" in b["default_image"]["why_not"]
+        status, r = d.run(d.name("x"), "print(1)")
+        assert status == 503 and r["error"]["code"] == "image_unavailable"
+        assert d.request("GET", f"/v1/sandboxes/{d.name('x')}")[0] == 404
