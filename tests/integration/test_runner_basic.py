@@ -149,3 +149,25 @@ def test_descriptors_of_the_caller_never_reach_the_program(env, tmp_path):
 def test_any_valid_name_is_a_valid_hostname(env):
     r = env.run(["hostname"], name="lens_chat.1-x")
     assert r.rc == 0 and r["stdout"] == "lens_chat.1-x\n", r
+
+
+def test_pid_1_is_lensbox_init_and_out_of_reach(env):
+    # pid 1 is the freestanding lensbox-init from a sealed memfd: nothing of the runner's memory, no descriptor,
+    # non-dumpable (its /proc files refuse the sandbox's own uid).
+    code = (
+        "import errno, os\n"
+        "print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[0].decode())\n"
+        "status = dict(l.split(':\\t', 1) for l in open('/proc/1/status').read().splitlines() if ':\\t' in l)\n"
+        "print(status['Name'].strip(), status['Uid'].split()[0], int(status['VmRSS'].split()[0]) < 1024)\n"
+        "for p in ('/proc/1/environ', '/proc/1/fd', '/proc/1/mem', '/proc/1/root/'):\n"
+        "    try:\n"
+        "        os.listdir(p) if p.endswith(('fd', '/')) else open(p, 'rb').read(1)\n"
+        "        print(p, 'OPEN')\n"
+        "    except OSError as e:\n"
+        "        print(p, errno.errorcode[e.errno])\n"
+    )
+    r = env.python(code)
+    lines = r["stdout"].splitlines()
+    assert lines[0] == "lensbox-init"
+    assert lines[1] == "memfd:lensbox-i 1000 True"  # comm is cut at 15 characters
+    assert lines[2:] == ["/proc/1/environ EACCES", "/proc/1/fd EACCES", "/proc/1/mem EACCES", "/proc/1/root/ EACCES"]
