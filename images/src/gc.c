@@ -117,7 +117,7 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 			continue; /* not a complete image (cannot happen under images/, but never delete what we cannot
 				     read) */
 		char digest[LB_DIGEST_MAX];
-		snprintf(digest, sizeof(digest), "sha256:%s", de->d_name);
+		snprintf(digest, sizeof(digest), "sha256:%.64s", de->d_name);
 		bool keep = info->pinned || (in_use && in_use(digest, userdata)) ||
 			    now - info->last_used < (int64_t)max_idle_seconds;
 		lb_image_info_free(info);
