@@ -247,6 +247,15 @@ static bool challenge_param(const char *ch, const char *key, char *out, size_t s
 	return false;
 }
 
+/* A value that may go into an HTTP header: visible ASCII only (no CR, LF, spaces or control bytes). */
+static bool header_safe(const char *v)
+{
+	for (; *v; v++)
+		if (*v < 0x21 || *v > 0x7e)
+			return false;
+	return true;
+}
+
 static int authenticate(struct puller *p, const char *challenge)
 {
 	if (!strncasecmp(challenge, "Basic", 5)) {
@@ -293,7 +302,7 @@ static int authenticate(struct puller *p, const char *challenge)
 	if (!t && v)
 		t = yajl_tree_get(v, acc_path, yajl_t_string);
 	int r = 0;
-	if (!t || !*t->u.string || strlen(t->u.string) > TOKEN_MAX || strpbrk(t->u.string, "\r\n"))
+	if (!t || !*t->u.string || strlen(t->u.string) > TOKEN_MAX || !header_safe(t->u.string))
 		r = lb_error_setx(p->err, EBADMSG, "token service %.200s: no usable token in the answer", realm);
 	else
 		snprintf(p->auth, sizeof(p->auth), "Authorization: Bearer %s", t->u.string);
@@ -338,7 +347,7 @@ static int load_credentials(struct puller *p)
 	yajl_val a = entry ? yajl_tree_get(entry, ap, yajl_t_string) : NULL;
 	yajl_val u = entry ? yajl_tree_get(entry, up, yajl_t_string) : NULL;
 	yajl_val pw = entry ? yajl_tree_get(entry, pp, yajl_t_string) : NULL;
-	if (a && strlen(a->u.string) < sizeof(p->basic) && !strpbrk(a->u.string, "\r\n"))
+	if (a && strlen(a->u.string) < sizeof(p->basic) && header_safe(a->u.string))
 		snprintf(p->basic, sizeof(p->basic), "%s", a->u.string);
 	else if (u && pw) {
 		char plain[600];
