@@ -6,10 +6,13 @@
  * too but no registry or tool we meet produces it, and refusing is safer than half-supporting.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
+
+#include "lb/cleanup.h"
 
 #include "internal.h"
 
@@ -78,14 +81,17 @@ int lbi_digest_hex(const char *digest, char hex[65])
 
 int lbi_sha256_fd(int fd, uint64_t max, char hex[65], uint64_t *ret_size)
 {
-	static __thread unsigned char buf[1 << 17];
+	const size_t bufsize = 1 << 17;
+	_cleanup_free_ unsigned char *buf = malloc(bufsize);
 	struct lbi_sha256 h;
 	uint64_t total = 0;
+	if (!buf)
+		return -ENOMEM;
 	int r = lbi_sha256_init(&h);
 	if (r < 0)
 		return r;
 	for (;;) {
-		ssize_t n = pread(fd, buf, sizeof(buf), (off_t)total);
+		ssize_t n = pread(fd, buf, bufsize, (off_t)total);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
