@@ -152,7 +152,8 @@ struct lb_pull_opts {
  * blob, into <root>/layout/blobs (shared by digest between images; partial downloads resume), then imports it as
  * lb_image_import() does and names it ref's canonical form. Errors: -EACCES authentication refused, -ENOENT no such
  * image or no manifest for this platform, -EBADMSG content does not match its digest, -EIO network or HTTP errors;
- * err names the registry, blob and step. */
+ * err names the registry, blob and step. Uses libcurl, whose global initialisation happens on first use (thread-safe
+ * in Debian 12's libcurl 7.88); blocks for the whole download, so a daemon calls it off its request threads. */
 int lb_image_pull(struct lb_images *s, const char *ref, const struct lb_pull_opts *opts,
 		  struct lb_image_info **ret_info, struct lb_error *err);
 
