@@ -131,6 +131,14 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 	int len = lb_dns_build_query(id, name, LB_DNS_TYPE_A, pkt, sizeof(pkt));
 	if (len < 0)
 		return len;
+	/* EDNS(0) OPT record offering 1232-byte answers (the common safe size), so few answers come truncated:
+	 * root name, type 41, class = payload size, ttl 0, no data */
+	static const uint8_t opt[] = { 0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0 };
+	if ((size_t)len + sizeof(opt) > sizeof(pkt))
+		return -ENOBUFS;
+	memcpy(pkt + len, opt, sizeof(opt));
+	len += (int)sizeof(opt);
+	pkt[11] = 1; /* ARCOUNT */
 	_cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -158,7 +166,10 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 		size_t nraw = 0;
 		int rcode;
 		uint32_t ttl;
-		if (lb_dns_parse_answer(ans, (size_t)n, &q, raw, LB_ARRAY_SIZE(raw), &nraw, &rcode, &ttl) < 0)
+		int pr2 = lb_dns_parse_answer(ans, (size_t)n, &q, raw, LB_ARRAY_SIZE(raw), &nraw, &rcode, &ttl);
+		if (pr2 == -EMSGSIZE)
+			return pr2; /* truncated even at 1232 bytes: lensbox does not retry over TCP (SERVFAIL) */
+		if (pr2 < 0)
 			continue; /* not an answer to our question (spoofed or stale): keep waiting */
 		size_t kept = 0, dropped = 0;
 		for (size_t i = 0; i < nraw; i++) {

@@ -244,10 +244,13 @@ def probe(args):
         elif op == "flood_tcp":
             # n connections that never speak; then how many the other side has reset or closed
             socks = []
-            for _ in range(args["n"]):
-                socks.append(socket.create_connection((args["addr"], args["port"]), timeout=5))
-            time.sleep(args.get("wait", 0.5))
             alive = dead = 0
+            for _ in range(args["n"]):
+                try:
+                    socks.append(socket.create_connection((args["addr"], args["port"]), timeout=5))
+                except ConnectionResetError:  # reset so fast that connect() itself saw it
+                    dead += 1
+            time.sleep(args.get("wait", 0.5))
             for s in socks:
                 s.setblocking(False)  # a socket with a timeout would wait in recv
                 try:
