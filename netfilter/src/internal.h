@@ -81,6 +81,8 @@ int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_erro
 int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
 			  struct lb_error *err);
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
+int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
+int lb_veth_set_down(const char *host_ifname, struct lb_error *err);
 /* Turns IPv4 forwarding on for the interfaces of the main table's default routes; their names go into names. */
 int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err);
 /* Calls fn for each host-side veth named LB_NET_IFPREFIX<N> with its slot and alias (may be ""). */

@@ -343,6 +343,33 @@ static int find_slot_locked(struct lb_net *ctx, const char *name)
 	return -ENOENT;
 }
 
+/* Loads the tier's rules for slot in one nft transaction. */
+static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier_id t, const char *name, struct lb_error *err)
+{
+	const char *tier = t == LB_TIER_WEB ? "web" : "packages";
+	char ifname[16], addr_s[16], gw_s[16], sb[16], rport[8], lport[8];
+	slot_ifname(slot, ifname);
+	snprintf(sb, sizeof(sb), "sb%u", slot);
+	uint32_t gw = ctx->pool_base + 4 * slot + 1;
+	ip_str(gw, gw_s);
+	ip_str(gw + 1, addr_s);
+	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
+	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
+	const char *keys[] = {
+		"SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR"
+	};
+	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport, LB_NET_RESOLVER_ADDR };
+	_cleanup_free_ char *rules = NULL;
+	int r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
+				 LB_ARRAY_SIZE(keys), &rules, err);
+	if (r < 0)
+		return lb_error_wrap(err, "network/%s.nft", tier);
+	r = lb_nft_run(rules, NULL, err);
+	if (r < 0)
+		return lb_error_wrap(err, "loading network/%s.nft", tier);
+	return 0;
+}
+
 int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
 		  struct lb_error *err)
 {
@@ -384,15 +411,13 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 		return lb_error_setx(err, ENOSPC, "the network pool has no free /30 left (%zu sandboxes)",
 				     ctx->n_slots);
 
-	char ifname[16], alias[80], addr_s[16], gw_s[16], sb[16];
+	char ifname[16], alias[80], addr_s[16], gw_s[16];
 	slot_ifname(slot, ifname);
 	snprintf(alias, sizeof(alias), "lensbox:%s", name);
-	snprintf(sb, sizeof(sb), "sb%u", slot);
 	uint32_t gw = ctx->pool_base + 4 * slot + 1, addr = gw + 1;
 	ip_str(gw, gw_s);
 	ip_str(addr, addr_s);
 	int ifindex = 0;
-	_cleanup_free_ char *rules = NULL;
 
 	r = lb_veth_create(ifname, alias, netns_fd, "eth0", &ifindex, err);
 	if (r < 0)
@@ -403,24 +428,9 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 	r = lb_veth_setup_sandbox(netns_fd, "eth0", addr, gw, err);
 	if (r < 0)
 		goto fail;
-	char rport[8], lport[8];
-	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
-	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
-	const char *keys[] = {
-		"SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR"
-	};
-	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport, LB_NET_RESOLVER_ADDR };
-	r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
-			     LB_ARRAY_SIZE(keys), &rules, err);
-	if (r < 0) {
-		lb_error_wrap(err, "network/%s.nft", tier);
+	r = load_slot_rules(ctx, slot, t, name, err);
+	if (r < 0)
 		goto fail;
-	}
-	r = lb_nft_run(rules, NULL, err);
-	if (r < 0) {
-		lb_error_wrap(err, "loading network/%s.nft", tier);
-		goto fail;
-	}
 	pthread_mutex_lock(&ctx->lock);
 	ctx->slots[slot].tier = t;
 	ctx->slots[slot].host_ifindex = ifindex;
@@ -487,6 +497,65 @@ int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_know
 	}
 	if (ret_removed)
 		*ret_removed = removed;
+	return 0;
+}
+
+int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err)
+{
+	_cleanup_free_ bool *present = calloc(ctx->n_slots, sizeof(bool));
+	_cleanup_free_ bool *broken = calloc(ctx->n_slots, sizeof(bool));
+	if (!present || !broken)
+		return lb_error_set(err, ENOMEM, "allocating");
+	struct lb_error e2;
+	bool table = lb_nft_run("list table inet lensbox", NULL, &e2) == 0;
+	int r = lb_nft_slots_present(present, ctx->n_slots, err);
+	if (r < 0)
+		return lb_error_wrap(err, "verifying the network rules");
+	unsigned n_broken = 0;
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (ctx->slots[i].used && ctx->slots[i].tier != LB_TIER_OFF && (!table || !present[i])) {
+			broken[i] = true;
+			n_broken++;
+		}
+	pthread_mutex_unlock(&ctx->lock);
+	if (table && n_broken == 0) {
+		if (ret_repaired)
+			*ret_repaired = 0;
+		return 0;
+	}
+	/* Fail closed first: a sandbox whose rules are gone must not keep a working link meanwhile. */
+	char ifname[16];
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (broken[i]) {
+			slot_ifname((unsigned)i, ifname);
+			lb_veth_set_down(ifname, &e2);
+		}
+	if (!table) {
+		r = load_base(ctx, err);
+		if (r < 0)
+			return lb_error_wrap(err, "reloading lensbox's table");
+	}
+	for (size_t i = 0; i < ctx->n_slots; i++) {
+		if (!broken[i])
+			continue;
+		pthread_mutex_lock(&ctx->lock);
+		enum lb_tier_id t = ctx->slots[i].tier;
+		char name[64];
+		memcpy(name, ctx->slots[i].name, sizeof(name));
+		pthread_mutex_unlock(&ctx->lock);
+		r = lb_nft_remove_slot((unsigned)i, err);
+		if (r == 0)
+			r = load_slot_rules(ctx, (unsigned)i, t, name, err);
+		if (r < 0)
+			return lb_error_wrap(err, "reloading the rules of sandbox %s", name); /* its link stays down */
+		slot_ifname((unsigned)i, ifname);
+		r = lb_veth_set_up(ifname, err);
+		if (r < 0)
+			return r;
+	}
+	if (ret_repaired)
+		*ret_repaired = n_broken + (table ? 0 : 1);
 	return 0;
 }
 

@@ -256,6 +256,38 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t add
 	return add_default_route(sock, ifindex, gateway, err);
 }
 
+static int set_flag(const char *ifname, bool up, struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	if (up)
+		return link_up(sock, ifname, err) < 0 ? -EIO : 0;
+	_cleanup_link_ struct rtnl_link *cur = NULL;
+	r = rtnl_link_get_kernel(sock, 0, ifname, &cur);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "finding %s: %s", ifname, nl_geterror(r));
+	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
+	if (!change)
+		return lb_error_set(err, ENOMEM, "allocating a link change");
+	rtnl_link_unset_flags(change, IFF_UP);
+	r = rtnl_link_change(sock, cur, change, 0);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "setting %s down: %s", ifname, nl_geterror(r));
+	return 0;
+}
+
+int lb_veth_set_up(const char *host_ifname, struct lb_error *err)
+{
+	return set_flag(host_ifname, true, err);
+}
+
+int lb_veth_set_down(const char *host_ifname, struct lb_error *err)
+{
+	return set_flag(host_ifname, false, err);
+}
+
 int lb_veth_delete(const char *host_ifname, struct lb_error *err)
 {
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;

@@ -9,6 +9,7 @@
  *   detach NAME | blocked NAME      ok | ok COUNT
  *   reconcile [KNOWN_NAME...]       ok REMOVED
  *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=..
+ *   verify                          ok REPAIRED   (reloads what another tool flushed)
  *   unload | quit
  * `npm-registry` prints the npm registry host lensboxd would add to packages.list.
  *
@@ -233,6 +234,11 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		if (lb_net_reconcile(ctx, (const char *const *)words + 1, n - 1, &removed, &err) < 0)
 			return reply_err("reconcile", &err);
 		printf("ok %u\n", removed);
+	} else if (strcmp(cmd, "verify") == 0 && n == 1) {
+		unsigned repaired;
+		if (lb_net_verify(ctx, &repaired, &err) < 0)
+			return reply_err("verify", &err);
+		printf("ok %u\n", repaired);
 	} else if (strcmp(cmd, "health") == 0 && n == 1) {
 		struct lb_net_health h;
 		lb_net_health(ctx, &h);

@@ -140,3 +140,20 @@ def test_npm_registry_host_comes_from_npm(world):
     assert f'npm="{host}"' in h and "packages=3" in h, h
     listed = open(os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "policy", "network", "packages.list")).read()
     assert host not in listed
+
+
+def test_flushed_ruleset_is_restored_failing_closed(world):
+    """Another tool flushes the ruleset (a firewall reload): verify reloads lensbox's table and the sandbox's rules;
+    the sandbox works again and its refusals hold."""
+    sb = world.add_sandbox("flushed", "web")
+    assert world.ctl.ok("verify") == ["0"]  # all in place: nothing done
+    nw.sh("nft", "flush", "ruleset", ns=world.host)
+    assert world.nft("list", "table", "inet", "lensbox").returncode != 0
+    assert world.ctl.ok("verify") == ["2"]  # the table and one sandbox
+    t = table(world)
+    assert "chain sb0_fwd" in t and '"lbh0" : jump sb0_fwd' in t, t
+    links = json.loads(nw.sh("ip", "-j", "link", "show", "lbh0", ns=world.host).stdout)
+    assert "UP" in links[0]["flags"], links
+    assert world.probe(sb, op="http", host=nw.SITE, port=80)["ok"]
+    r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
+    assert r["ok"] is False and r["error"] == "ECONNREFUSED", r

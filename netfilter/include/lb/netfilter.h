@@ -80,6 +80,12 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
  * call lb_net_unload() first to remove everything. NULL is fine. */
 void lb_net_free(struct lb_net *ctx);
 
+/* Checks that lensbox's table and every attached sandbox's rules are still loaded: another tool may have flushed the
+ * ruleset (`nft flush ruleset`, a firewall reload). Whatever is missing is loaded again; meanwhile the affected
+ * sandboxes' host-side veths are set down, so they fail closed, not open. *ret_repaired (may be NULL) counts what was
+ * reloaded (0: all was in place). lensboxd calls it from its timer. */
+int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err);
+
 /* Removes every sandbox's veth and the whole `inet lensbox` table. */
 int lb_net_unload(struct lb_net *ctx, struct lb_error *err);
 

@@ -115,6 +115,17 @@ static void attach_detach_web(void **state)
 	assert_int_equal(lb_net_attach(net, "Bad Name", sandbox_fd, "web", &info, &err), -EINVAL);
 	assert_int_equal(lb_net_attach(net, "x", sandbox_fd, "lan", &info, &err), -EINVAL);
 
+	/* someone deletes lensbox's table: verify loads it and the sandbox's rules again */
+	unsigned repaired = 99;
+	assert_int_equal(lb_net_verify(net, &repaired, &err), 0);
+	assert_int_equal(repaired, 0);
+	free(run("nft delete table inet lensbox"));
+	assert_int_equal(lb_net_verify(net, &repaired, &err), 0);
+	assert_int_equal(repaired, 2);
+	t = run("nft list table inet lensbox");
+	assert_non_null(strstr(t, "chain sb0_fwd"));
+	free(t);
+
 	assert_int_equal(lb_net_detach(net, "unit-web", &err), 0);
 	assert_int_equal(if_nametoindex("lbh0"), 0);
 	t = run("nft list table inet lensbox");
