@@ -544,6 +544,28 @@ static int dl_done(struct dl *d, CURLM *m, CURLcode cr)
 	return 0;
 }
 
+/* Opens and locks <hex>.partial for d. When another pull holds it, waits for that pull to finish with it: returns 1
+ * when the blob is then complete, else takes over the (possibly new) partial file. */
+static int open_partial(struct puller *p, struct dl *d, const char *partial)
+{
+	for (int attempt = 0; attempt < 3; attempt++) {
+		d->fd = openat(p->layoutfd, partial, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+		if (d->fd < 0)
+			return lb_error_set(p->err, errno, "blob sha256:%s: opening %s", d->b->hex, partial);
+		if (flock(d->fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		/* Blocking here stalls our other transfers, but a concurrent pull of the same blob is rare. */
+		int r = flock(d->fd, LOCK_EX) < 0 ? -errno : 0;
+		close(d->fd);
+		d->fd = -1;
+		if (r < 0)
+			return lb_error_set(p->err, r, "blob sha256:%s: waiting for another pull", d->b->hex);
+		if (blob_present(p, d->b->hex, d->b->size))
+			return 1;
+	}
+	return lb_error_setx(p->err, EBUSY, "blob sha256:%s: another pull keeps downloading it", d->b->hex);
+}
+
 static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t n)
 {
 	unsigned par = p->o && p->o->max_parallel ? p->o->max_parallel : 3;
@@ -568,16 +590,13 @@ static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t
 			}
 			char partial[120];
 			snprintf(partial, sizeof(partial), "blobs/sha256/%s.partial", d->b->hex);
-			d->fd =
-			    openat(p->layoutfd, partial, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-			if (d->fd < 0) {
-				r = lb_error_set(p->err, errno, "blob sha256:%s: opening %s", d->b->hex, partial);
+			r = open_partial(p, d, partial);
+			if (r < 0)
 				break;
-			}
-			if (flock(d->fd, LOCK_EX | LOCK_NB) < 0) {
-				r = lb_error_setx(p->err, EBUSY, "blob sha256:%s: another pull is downloading it",
-						  d->b->hex);
-				break;
+			if (r == 1) {
+				done++; /* another pull finished it while we waited */
+				r = 0;
+				continue;
 			}
 			struct stat pst;
 			if (fstat(d->fd, &pst) == 0 && (uint64_t)pst.st_size >= d->b->size) {

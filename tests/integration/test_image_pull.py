@@ -316,8 +316,8 @@ class Front(http.server.ThreadingHTTPServer):
     """Serves an OCI layout as a registry on 127.0.0.1 with a bearer challenge; blobs redirect to a second server
     on 127.0.0.2 (another host), which honours Range. Every request's headers are recorded."""
 
-    def __init__(self, layout, host_ip, blob_host=None, auth=None, expire_on_first_blob=False):
-        self.layout, self.blob_host, self.requests = layout, blob_host, []
+    def __init__(self, layout, host_ip, blob_host=None, auth=None, expire_on_first_blob=False, slow=False):
+        self.layout, self.blob_host, self.requests, self.slow = layout, blob_host, [], slow
         self.auth = bool(blob_host) if auth is None else auth
         self.tokens_issued, self.valid_token, self.expire = 0, None, expire_on_first_blob
         super().__init__((host_ip, 0), FrontHandler)
@@ -367,6 +367,15 @@ class FrontHandler(http.server.BaseHTTPRequestHandler):
             if rng:
                 start = int(rng.split("=")[1].split("-")[0])
                 return self.send(206, data[start:], [("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")])
+            if srv.slow:  # dribble the blob out, so concurrent pulls overlap
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                for i in range(0, len(data), 16384):
+                    self.wfile.write(data[i:i + 16384])
+                    self.wfile.flush()
+                    time.sleep(0.02)
+                return
             return self.send(200, data)
         self.send(404)
 
@@ -477,5 +486,25 @@ def test_token_expiring_during_blob_download(tmp_path):
         digest, _ = pulled(tmp_path / "s", f"{front.host}/app:1", "--insecure-registry", front.host, "--parallel", "1")
         assert digest == digests["config"]
         assert front.tokens_issued == 2
+    finally:
+        front.shutdown()
+
+
+def test_concurrent_pulls_of_the_same_image(tmp_path):
+    layer = tar_layer([f("usr/bin/python3", b"", 0o755), f("c", os.urandom(400000))], compression=None)
+    layout = tmp_path / "layout"
+    digests = oci.write_layout(layout, [layer])
+    front = Front(str(layout), "127.0.0.1", slow=True)
+    try:
+        store = tmp_path / "store"
+        procs = [subprocess.Popen([TOOL, "--root", str(store), "pull", f"{front.host}/app:1", "--insecure-registry",
+                                   front.host], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        for p, (out, errs) in zip(procs, outs):
+            assert p.returncode == 0, errs
+            assert out.split()[0] == digests["config"]
+        hexd = digests["layers"][0].split(":")[1]
+        assert len([p for p, h in front.requests if hexd in p]) == 1  # downloaded once, waited for by the other
     finally:
         front.shutdown()
