@@ -388,3 +388,15 @@ def test_gc_pins_and_idle_time(store, tmp_path):
     assert store.run("unpin", "keep").returncode == 0
     assert store.run("gc", "--older-than", "0").stdout.strip() == "removed 1 image(s)"
     assert os.listdir(os.path.join(store.root, "images")) == []
+
+
+def test_concurrent_imports_share_one_tree(store, tmp_path):
+    lay = layout_of(tmp_path, tar_layer(BASE + [f("big", os.urandom(1 << 20))]))
+    procs = [subprocess.Popen([TOOL, "--root", store.root, "import", str(lay), "--name", f"n{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [e for _, e in outs]
+    assert len({o.split()[1] for o, _ in outs}) == 1
+    assert len(os.listdir(os.path.join(store.root, "images"))) == 1
+    assert os.listdir(os.path.join(store.root, "tmp")) == []
+    assert sorted(store.inspect("n0")["names"]) == [f"docker.io/library/n{i}:latest" for i in range(3)]
