@@ -9,6 +9,10 @@
  * owned by the sandbox's host uid; a larger limit later grows it with resize2fs; a smaller one keeps the existing
  * size (shrinking a filesystem could lose the user's files). The loop device has LO_FLAGS_AUTOCLEAR, so it detaches
  * itself when the last mount of the filesystem goes away, in whichever namespace that is.
+ *
+ * One image must never be mounted twice (two ext4 mounts of one image corrupt it): a running sandbox holds an
+ * exclusive flock on <storage>/lock for its whole life (released by the kernel if its process dies), and a start
+ * also refuses an image a loop device still holds (a crashed sandbox's leftover mount).
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -119,6 +124,35 @@ int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, g
 		return r;
 	}
 	return 0;
+}
+
+int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err)
+{
+	/* The storage directory is root's (0700) and holds only our files; the lock file is created once. */
+	int r = lb_mkdir_p(storage, 0700);
+	if (r < 0)
+		return lb_error_set(err, r, "creating storage directory %s", storage);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/lock", storage);
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return lb_error_set(err, errno, "opening %s", path);
+	for (int waited = 0;; waited++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return fd;
+		if (errno != EWOULDBLOCK && errno != EINTR) {
+			r = lb_error_set(err, errno, "locking %s", path);
+			break;
+		}
+		if (waited >= timeout_ms) {
+			r = lb_error_setx(err, EBUSY, "the storage %s is in use by another sandbox", storage);
+			break;
+		}
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	close(fd);
+	return r;
 }
 
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size)

@@ -31,6 +31,7 @@ struct lb_sandbox {
 	char storage_mnt[PATH_MAX]; /* run_dir/mnt/<name>: the disk image's mount */
 	char root_mnt[PATH_MAX];    /* state_dir/root: the read-only overlay the sandbox pivots into */
 	char storage[PATH_MAX];	    /* the storage directory (holds disk.img) */
+	int storage_lock;	    /* flock on <storage>/lock, held while the sandbox lives */
 	pid_t init_pid;
 	int init_pidfd;
 	int landlock_fd;   /* ruleset built at start against the sandbox's own paths; -1 when ABI 0 was allowed */
@@ -44,6 +45,8 @@ struct lb_sandbox {
 };
 
 /* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
+/* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */
+int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
 /* Unmounts mountpoint; the loop device detaches itself shortly after (see lb_disk_wait_released). */

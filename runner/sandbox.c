@@ -239,6 +239,8 @@ static void sandbox_free(struct lb_sandbox *sb)
 		close(sb->init_pidfd);
 	if (sb->landlock_fd >= 0)
 		close(sb->landlock_fd);
+	if (sb->storage_lock >= 0)
+		close(sb->storage_lock); /* after teardown unmounted the storage: the next start may take it */
 	lb_cg_free(sb->cg);
 	free(sb->path_env);
 	if (sb->image_env)
@@ -337,6 +339,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		return lb_error_set(err, ENOMEM, "allocating the sandbox");
 	sb->init_pidfd = -1;
 	sb->landlock_fd = -1;
+	sb->storage_lock = -1;
 	sb->init_pid = -1;
 	snprintf(sb->name, sizeof(sb->name), "%s", spec->name);
 	snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", spec->run_dir);
@@ -390,8 +393,13 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		goto fail;
 	}
 
-	/* One ext4 image must never be mounted (or resized) twice: wait briefly for a just-stopped sandbox's loop
-	 * device to detach, then refuse. */
+	/* One ext4 image must never be mounted (or resized) twice: the storage's lock first (another live sandbox
+	 * holds it), then no loop device may still hold the image (a just-stopped sandbox's detaches within
+	 * moments; a crashed one's stays until cleanup). */
+	if ((sb->storage_lock = lb_disk_lock(spec->storage, 2000, err)) < 0) {
+		r = sb->storage_lock;
+		goto fail;
+	}
 	if (lb_disk_wait_released(spec->storage, 2000) < 0) {
 		r = lb_error_setx(err, EBUSY,
 				  "the storage %s is still attached to a loop device (is its sandbox running?)",
@@ -625,11 +633,19 @@ int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err)
 		return lb_error_setx(err, EINVAL, "storage must be an absolute path");
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/disk.img", storage);
+	struct stat st;
+	if (stat(storage, &st) < 0 && errno == ENOENT)
+		return 0;
+	_cleanup_close_ int lock = lb_disk_lock(storage, 2000, err);
+	if (lock < 0)
+		return lock;
 	if (lb_disk_wait_released(storage, 2000) < 0)
 		return lb_error_setx(err, EBUSY, "%s is still in use by a running sandbox", img);
 	if (unlink(img) < 0 && errno != ENOENT)
 		return lb_error_set(err, errno, "removing %s", img);
 	snprintf(img, sizeof(img), "%s/disk.img.new", storage);
+	(void)unlink(img);
+	snprintf(img, sizeof(img), "%s/lock", storage);
 	(void)unlink(img);
 	if (rmdir(storage) < 0 && errno != ENOENT)
 		return lb_error_set(err, errno, "removing %s", storage);

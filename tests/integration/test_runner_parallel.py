@@ -3,6 +3,7 @@ state directory and storage, every result is its own, and nothing is left behind
 
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -34,24 +35,31 @@ def test_six_sandboxes_at_once(env):
 
 def test_same_storage_twice_at_once_is_refused(env):
     # One ext4 image mounted (or resized) twice would be corrupted: the second start must fail while the first runs,
-    # after waiting 2 s in case the holder was only just stopping.
+    # after waiting 2 s in case the holder was only just stopping (the storage lock, runner/disk.c).
     st = env.storage("shared")
+    name = f"holder-{os.getpid()}"
+    marker = os.path.join(env.run_dir, "mnt", name, "started")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        first = pool.submit(env.python, "import time; time.sleep(6); print('first')", storage=st, keep=True)
-        import time
-        time.sleep(1.5)
+        first = pool.submit(env.python, "import time; open('/sandbox/started', 'w').close(); time.sleep(6); "
+                            "print('first')", storage=st, keep=True, name=name)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and time.monotonic() < deadline:  # the first one is running
+            time.sleep(0.05)
         second = env.python("print('second')", storage=st, keep=True, flags=["--timeout", "5"])
         r1 = first.result()
     assert r1["stdout"] == "first\n"
-    assert second.rc == 1 and "still attached to a loop device" in second["error"], second
+    assert second.rc == 1 and "is in use by another sandbox" in second["error"], second
 
 
 def test_a_second_sandbox_of_the_same_name_is_refused_and_the_first_unharmed(env):
     name = f"dup-{os.getpid()}"
     with ThreadPoolExecutor(max_workers=1) as pool:
-        first = pool.submit(env.python, "import time; time.sleep(4); print('first alive')", name=name)
-        import time
-        time.sleep(1.5)
+        first = pool.submit(env.python, "import time; open('/sandbox/started', 'w').close(); time.sleep(4); "
+                            "print('first alive')", name=name)
+        marker = os.path.join(env.run_dir, "mnt", name, "started")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and time.monotonic() < deadline:  # the first one is running
+            time.sleep(0.05)
         second = env.python("print('second')", name=name)
         r1 = first.result()
     assert second.rc == 1 and f"a sandbox named {name} is running" in second["error"], second
