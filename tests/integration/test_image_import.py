@@ -400,3 +400,26 @@ def test_concurrent_imports_share_one_tree(store, tmp_path):
     assert len(os.listdir(os.path.join(store.root, "images"))) == 1
     assert os.listdir(os.path.join(store.root, "tmp")) == []
     assert sorted(store.inspect("n0")["names"]) == [f"docker.io/library/n{i}:latest" for i in range(3)]
+
+
+def test_outer_archive_escapes(store, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # "../" in the outer archive
+    bad = tmp_path / "dotdot.tar"
+    with tarfile.open(bad, "w") as t:
+        ti = tarfile.TarInfo("../evil")
+        ti.size = 1
+        t.addfile(ti, __import__("io").BytesIO(b"x"))
+    store.refused(bad, "EXDEV", says="escapes the archive")
+    # a symlink to the host followed by a file through it: stays inside the staging directory, then is refused
+    sneaky = tmp_path / "sneaky.tar"
+    with tarfile.open(sneaky, "w") as t:
+        ti = tarfile.TarInfo("blobs")
+        ti.type, ti.linkname = tarfile.SYMTYPE, str(outside)
+        t.addfile(ti)
+        ti = tarfile.TarInfo("blobs/planted")
+        ti.size = 1
+        t.addfile(ti, __import__("io").BytesIO(b"x"))
+    store.refused(sneaky, "ENOENT", says="parent directory")
+    assert os.listdir(outside) == []
