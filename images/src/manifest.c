@@ -367,6 +367,16 @@ static int pick_from_index(int layoutfd, yajl_val index, const char *ref_name, u
 	return -ENOENT;
 }
 
+/* "python:3.12-slim" names the same image as "docker.io/library/python:3.12-slim": compare canonical forms. */
+static bool tag_matches(const char *repo_tag, const char *wanted)
+{
+	if (!strcmp(repo_tag, wanted))
+		return true;
+	struct lb_image_ref a, b;
+	return lb_image_ref_parse(repo_tag, &a, NULL) == 0 && lb_image_ref_parse(wanted, &b, NULL) == 0 &&
+	       !strcmp(a.full, b.full);
+}
+
 /* docker save: names in manifest.json are paths inside the layout; they are opened with lbi_open_in_root, and a
  * config named "<hex>.json" or "blobs/sha256/<hex>" must hash to that hex. */
 static int plan_from_docker(int layoutfd, const char *ref_name, const struct lb_image_limits *l, struct lbi_plan *p,
@@ -393,7 +403,7 @@ static int plan_from_docker(int layoutfd, const char *ref_name, const struct lb_
 		yajl_val tags = get(e, "RepoTags");
 		for (size_t j = 0; YAJL_IS_ARRAY(tags) && j < tags->u.array.len; j++)
 			if (YAJL_IS_STRING(tags->u.array.values[j]) &&
-			    !strcmp(tags->u.array.values[j]->u.string, ref_name))
+			    tag_matches(tags->u.array.values[j]->u.string, ref_name))
 				entry = e;
 	}
 	if (!entry)

@@ -423,3 +423,26 @@ def test_outer_archive_escapes(store, tmp_path):
         t.addfile(ti, __import__("io").BytesIO(b"x"))
     store.refused(sneaky, "ENOENT", says="parent directory")
     assert os.listdir(outside) == []
+
+
+def test_skopeo_written_formats(tmp_path):
+    """Archives written by a real tool: skopeo's docker-archive (layer.tar as a symlink, RepoTags in canonical form)
+    and an OCI layout recompressed with zstd, each into a fresh store, give the same image as the original."""
+    lay = layout_of(tmp_path, tar_layer(BASE + [d("etc/"), f("etc/motd", b"hi"), sym("etc/l", "motd")]))
+    digest, rootfs = Store(tmp_path / "s0").ok(lay)
+    docker = tmp_path / "docker.tar"
+    zst = tmp_path / "zst"
+    for dest, extra in ((f"docker-archive:{docker}:example/app:2", []), (f"oci:{zst}:z", ["--dest-compress-format",
+                                                                                        "zstd"])):
+        r = subprocess.run(["skopeo", "copy", "-q", *extra, f"oci:{lay}:latest", dest], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+        assert r.returncode == 0, r.stderr
+    assert "tar+zstd" in open(oci.blob_path(zst, json.loads((zst / "index.json").read_text())["manifests"][0]
+                                            ["digest"])).read()
+    with tarfile.open(docker) as t:
+        assert any(m.issym() for m in t.getmembers())
+    d1, r1 = Store(tmp_path / "s1").ok(docker, "--ref", "example/app:2")
+    d2, r2 = Store(tmp_path / "s2").ok(zst)
+    assert d1 == d2 == digest
+    for r in (r1, r2):
+        assert open(os.path.join(r, "etc/motd"), "rb").read() == b"hi" and os.readlink(os.path.join(r, "etc/l")) == "motd"
