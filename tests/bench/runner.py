@@ -4,13 +4,14 @@ the host and under bubblewrap (`bwrap --unshare-all`), all in one run on this ma
 
   tests/bench/runner.py [--iterations N] [--rootfs DIR] [--build-dir DIR]
 
-Measured, each as the wall time of one whole command seen from outside (median of N):
+Measured, each as the wall time of one whole command seen from outside, median of N rounds that run every variant
+once in turn (so load from other work on a shared machine hits all of them alike):
   bare      /usr/bin/python3 -c pass on the host
   bwrap     bwrap --unshare-all over the image root (read-only), fresh /proc and /dev, the image's python3
   new       lensbox-runner: start a sandbox (storage already exists, as for a returning conversation), exec
             python3 -c pass, stop it; the policy is loaded by the tool each time, as lensboxd would not
-  exec      one more exec in an already started sandbox: (T(--repeat K+1) - T(--repeat 1)) / K, measured the same
-            way, so it is the marginal cost of an exec as lensboxd pays it
+  exec      one more exec in an already started sandbox: (T(--repeat K+1) - T(new)) / K, measured the same way, so
+            it is the marginal cost of an exec as lensboxd pays it
   library   the same two from the tool's own timing_us (start + exec + stop; the later execs), without the tool's
             process start-up and policy compilation, which lensboxd does once
 Targets (issue 3): new < 1.3x bare, exec < 1.1x bare. Runs as root. Standard library only.
@@ -41,31 +42,14 @@ def timed(cmd):
     return dt, p.stdout
 
 
-def median_ms(cmd, n, warmup=2):
-    for _ in range(warmup):
-        timed(cmd)
-    return statistics.median(timed(cmd)[0] for _ in range(n)) * 1000
-
-
-def lensbox_runs(cmd, n, warmup=2):
-    """Median external wall time of the tool, and the medians of what the library itself spent (the tool's own
-    timing_us: start + first exec + stop, and the later execs), which is what lensboxd pays per sandbox and per run
-    (the tool also starts a process and loads and compiles the policy each time; lensboxd does that once)."""
-    for _ in range(warmup):
-        timed(cmd)
-    walls, news, execs = [], [], []
-    for _ in range(n):
-        dt, out = timed(cmd)
-        t = json.loads(out)["timing_us"]
-        walls.append(dt * 1000)
-        news.append((t["start"] + t["exec"][0] + t["stop"]) / 1000)
-        execs += [x / 1000 for x in t["exec"][1:]]
-    return (statistics.median(walls), statistics.median(news), statistics.median(execs) if execs else None)
+def lensbox_timing(out):
+    t = json.loads(out)["timing_us"]
+    return (t["start"] + t["exec"][0] + t["stop"]) / 1000, [x / 1000 for x in t["exec"][1:]]
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--iterations", type=int, default=20, help="rounds (each runs every variant once)")
     ap.add_argument("--repeat", type=int, default=20, help="K, execs per sandbox for the exec measurement")
     ap.add_argument("--rootfs")
     ap.add_argument("--build-dir", default=os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build")))
@@ -91,17 +75,33 @@ def main():
                    os.path.join(base, "run"), "--name", f"bench-{os.getpid()}", "--keep"]
         timed(lensbox + ["--", "true"])  # creates the storage image once (mke2fs), like a first conversation
 
-        bare = median_ms(["/usr/bin/python3", "-c", "pass"], n)
-        bw = median_ms([bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
-                        "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/python3", "-c", "pass"], n)
-        new, new_lib, _ = lensbox_runs(lensbox + ["--", "python3", "-c", "pass"], n)
+        # Interleaved: one of each per round, so a busy shared machine slows every variant alike.
         k = args.repeat
-        one = median_ms(lensbox + ["--repeat", "1", "--", "python3", "-c", "pass"], max(5, n // 3))
-        many, _, exec_lib = lensbox_runs(lensbox + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"],
-                                         max(5, n // 3))
-        exec_ms = (many - one) / k
+        cmds = {
+            "bare": ["/usr/bin/python3", "-c", "pass"],
+            "bwrap": [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
+                      "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/python3", "-c", "pass"],
+            "new": lensbox + ["--", "python3", "-c", "pass"],
+            "many": lensbox + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"],
+        }
+        for cmd in cmds.values():  # warm-up
+            timed(cmd)
+        wall = {name: [] for name in cmds}
+        new_lib, exec_lib = [], []
+        for _ in range(n):
+            for name, cmd in cmds.items():
+                dt, out = timed(cmd)
+                wall[name].append(dt * 1000)
+                if name == "new":
+                    new_lib.append(lensbox_timing(out)[0])
+                elif name == "many":
+                    exec_lib += lensbox_timing(out)[1]
+        med = {name: statistics.median(v) for name, v in wall.items()}
+        bare, bw, new = med["bare"], med["bwrap"], med["new"]
+        exec_ms = (med["many"] - med["new"]) / k
+        new_lib, exec_lib = statistics.median(new_lib), statistics.median(exec_lib)
 
-        print(f"python3 -c pass, median of {n} runs (ms)")
+        print(f"python3 -c pass, median of {n} interleaved rounds (ms)")
         print(f"  bare host                      {bare:8.2f}")
         print(f"  bwrap --unshare-all            {bw:8.2f}   ratio {bw / bare:5.2f}x bare")
         print(f"  lensbox new sandbox, tool      {new:8.2f}   ratio {new / bare:5.2f}x bare   (target < 1.30x)")
