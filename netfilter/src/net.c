@@ -500,12 +500,8 @@ int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_know
 	return 0;
 }
 
-int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err)
+static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned *ret_repaired, struct lb_error *err)
 {
-	_cleanup_free_ bool *present = calloc(ctx->n_slots, sizeof(bool));
-	_cleanup_free_ bool *broken = calloc(ctx->n_slots, sizeof(bool));
-	if (!present || !broken)
-		return lb_error_set(err, ENOMEM, "allocating");
 	struct lb_error e2;
 	bool table = lb_nft_run("list table inet lensbox", NULL, &e2) == 0;
 	int r = lb_nft_slots_present(present, ctx->n_slots, err);
@@ -557,6 +553,18 @@ int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *e
 	if (ret_repaired)
 		*ret_repaired = n_broken + (table ? 0 : 1);
 	return 0;
+}
+
+int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err)
+{
+	/* present[i]: slot i has objects in the table; broken[i]: it is attached and they are missing */
+	bool *present = calloc(2 * ctx->n_slots, sizeof(bool));
+	if (!present)
+		return lb_error_set(err, ENOMEM, "allocating");
+	bool *broken = present + ctx->n_slots;
+	int r = verify_with(ctx, present, broken, ret_repaired, err);
+	free(present);
+	return r;
 }
 
 int lb_net_unload(struct lb_net *ctx, struct lb_error *err)
