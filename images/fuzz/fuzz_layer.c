@@ -13,16 +13,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "../src/internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static char base[64];
+
+static void cleanup(void)
+{
+	(void)lbi_remove_at(AT_FDCWD, base);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char base[64];
 	if (!base[0]) {
 		snprintf(base, sizeof(base), "/tmp/lb-fuzz-layer-%d", (int)getpid());
 		mkdir(base, 0700);
+		atexit(cleanup);
 	}
 	int basefd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (basefd < 0)

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "manifest.h"
+#include "../src/manifest.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -38,14 +38,22 @@ static void plan(const char *dir)
 	close(fd);
 }
 
+static char oci[64], docker[64];
+
+static void cleanup(void)
+{
+	(void)lbi_remove_at(AT_FDCWD, oci);
+	(void)lbi_remove_at(AT_FDCWD, docker);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char oci[64], docker[64];
 	if (!oci[0]) {
 		snprintf(oci, sizeof(oci), "/tmp/lb-fuzz-oci-%d", (int)getpid());
 		snprintf(docker, sizeof(docker), "/tmp/lb-fuzz-docker-%d", (int)getpid());
 		mkdir(oci, 0700);
 		mkdir(docker, 0700);
+		atexit(cleanup);
 	}
 	int ofd = open(oci, O_RDONLY | O_DIRECTORY | O_CLOEXEC), dfd = open(docker, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (ofd < 0 || dfd < 0)
