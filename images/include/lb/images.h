@@ -1,7 +1,7 @@
 /*
- * images.h — lensbox's image store: import OCI image layouts and `docker save` archives, verify every byte against
- * its digest, unpack the layers safely into a content-addressed read-only root filesystem, name, list, inspect and
- * remove images.
+ * images.h — lensbox's image store: import OCI image layouts and `docker save` archives or pull from registries,
+ * verify every byte against its digest, unpack the layers safely into a content-addressed read-only root
+ * filesystem, name, list, inspect, remove, pin and garbage-collect images.
  *
  * Runs in lensboxd (root) and in the lensbox-image tool (root). Everything read from an archive is hostile: digests
  * are checked before content is used, JSON and archives are bounded, and files are written only through
@@ -11,7 +11,9 @@
  *
  *   <root>/images/<config-hex>/rootfs/      the unpacked tree, shared read-only by every sandbox of that image
  *   <root>/images/<config-hex>/image.json   metadata: digests, architecture, Env, WorkingDir, size, python3/bash
+ *   <root>/images/<config-hex>/last_used    its mtime: when a sandbox was last made from it; "pinned": kept by gc
  *   <root>/names/<escaped name>             symlink -> ../images/<config-hex> ("/" in names is stored as "+")
+ *   <root>/layout/blobs/sha256/<hex>        pulled blobs, verified, shared between images
  *   <root>/tmp/                             imports in progress; renamed into images/ only when complete
  *
  * Invariants: an images/<hex> directory exists only complete and verified (rename(2) from tmp/); two names for the
