@@ -508,3 +508,24 @@ def test_concurrent_pulls_of_the_same_image(tmp_path):
         assert len([p for p, h in front.requests if hexd in p]) == 1  # downloaded once, waited for by the other
     finally:
         front.shutdown()
+
+
+def test_sandbox_from_pulled_image(plain, tmp_path, recipe_digest):
+    """The issue's end-to-end check: an image pulled from the registry runs python3 and bash in a real sandbox
+    (lensbox-runner), from the very rootfs an import of the recipe's archive gives."""
+    runner = os.path.join(os.environ.get("LENSBOX_BUILD_DIR", ""), "runner", "lensbox-runner")
+    if not os.access(runner, os.X_OK):
+        pytest.fail(f"{runner} is not built (cmake --build the lensbox-runner target)")
+    store = tmp_path / "store"
+    digest, rootfs = pulled(store, f"{plain.host}/python:3.12-slim", "--insecure-registry", plain.host)
+    r = subprocess.run([TOOL, "--root", str(store), "import", default_image_archive()], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0 and r.stdout.split() == [digest, rootfs] and digest == recipe_digest
+    source = os.environ.get("LENSBOX_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    r = subprocess.run([runner, "--rootfs", rootfs, "--storage", str(tmp_path / "storage"), "--policy",
+                        os.path.join(source, "policy"), "--run-dir", str(tmp_path / "run"), "--name",
+                        f"imgpull{os.getpid()}", "--", "bash", "-c", "python3 -c 'print(6*7)'; echo $0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["exit_code"] == 0 and res["stdout"] == "42\nbash\n", res
