@@ -8,6 +8,7 @@
  *
  *   lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256] [--disk 1Gi] [--timeout 60]
  *                  [--uid 200000] [--gid UID] [--policy DIR] [--output-limit 1Mi] [--name NAME] [--network off]
+ *                  [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]
  *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep] -- argv...
  *   lensbox-runner --cleanup NAME [--run-dir DIR]   what lensboxd does after a crash: kill, unmount, remove cgroups
  *   lensbox-runner --probe [--policy DIR]           the host's facts; exit 1 when sandboxes cannot run here
@@ -42,6 +43,7 @@ static void usage(FILE *f)
 	fprintf(f, "usage: lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256]\n"
 		   "       [--disk 1Gi] [--timeout 60] [--uid 200000] [--gid GID] [--policy DIR] [--output-limit 1Mi]\n"
 		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
+		   "       [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]\n"
 		   "       [--keep] -- program [args...]\n"
 		   "       lensbox-runner --cleanup NAME [--run-dir DIR]\n"
 		   "       lensbox-runner --probe [--policy DIR]\n");
@@ -179,6 +181,7 @@ int main(int argc, char **argv)
 	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
 	const char *run_dir = "/run/lensbox-runner", *network = "off";
 	const char *memory = NULL, *cpu = NULL, *pids = NULL, *disk = NULL, *timeout = NULL, *output = NULL;
+	const char *tmp = NULL, *shm = NULL, *hostname = NULL;
 	unsigned long uid = 200000, gid = 0, repeat = 1;
 	bool keep = false, probe = false;
 	const char *cleanup = NULL;
@@ -206,7 +209,10 @@ int main(int argc, char **argv)
 		O_REPEAT,
 		O_HELP,
 		O_CLEANUP,
-		O_PROBE
+		O_PROBE,
+		O_TMP,
+		O_SHM,
+		O_HOSTNAME
 	};
 	static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
 					      { "storage", required_argument, NULL, O_STORAGE },
@@ -229,6 +235,9 @@ int main(int argc, char **argv)
 					      { "help", no_argument, NULL, O_HELP },
 					      { "cleanup", required_argument, NULL, O_CLEANUP },
 					      { "probe", no_argument, NULL, O_PROBE },
+					      { "tmp", required_argument, NULL, O_TMP },
+					      { "shm", required_argument, NULL, O_SHM },
+					      { "hostname", required_argument, NULL, O_HOSTNAME },
 					      { NULL, 0, NULL, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -306,6 +315,15 @@ int main(int argc, char **argv)
 		case O_PROBE:
 			probe = true;
 			break;
+		case O_TMP:
+			tmp = optarg;
+			break;
+		case O_SHM:
+			shm = optarg;
+			break;
+		case O_HOSTNAME:
+			hostname = optarg;
+			break;
 		case O_HELP:
 			usage(stdout);
 			return 0;
@@ -340,6 +358,7 @@ int main(int argc, char **argv)
 	snprintf(defname, sizeof(defname), "runner-%d", (int)getpid());
 	spec.name = name ? name : defname;
 	spec.rootfs = rootfs;
+	spec.hostname = hostname;
 	spec.storage = storage;
 	spec.run_dir = run_dir;
 	spec.host_uid = (uid_t)uid;
@@ -357,6 +376,8 @@ int main(int argc, char **argv)
 	if ((memory && (r = lb_parse_size(memory, &spec.limits.memory_bytes)) < 0) ||
 	    (cpu && (r = lb_parse_cpu(cpu, &spec.limits.cpu_millicores)) < 0) ||
 	    (disk && (r = lb_parse_size(disk, &spec.limits.disk_bytes)) < 0) ||
+	    (tmp && (r = lb_parse_size(tmp, &spec.limits.tmp_bytes)) < 0) ||
+	    (shm && (r = lb_parse_size(shm, &spec.limits.shm_bytes)) < 0) ||
 	    (timeout && (r = lb_parse_duration(timeout, &timeout_s)) < 0) ||
 	    (output && (r = lb_parse_size(output, &out_limit)) < 0)) {
 		lb_policy_free(policy);

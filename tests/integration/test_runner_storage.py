@@ -78,3 +78,13 @@ def test_tmp_is_private_and_bounded(env):
     # A second sandbox sees an empty /tmp.
     r = env.python("import os; print(os.listdir('/tmp'))")
     assert r["stdout"] == "[]\n"
+
+
+def test_tmp_and_shm_sizes_follow_the_flags(env):
+    code = "import os\nfor p in ('/tmp', '/dev/shm'):\n    s = os.statvfs(p); print(s.f_blocks * s.f_frsize >> 20)\n"
+    r = env.python(code, flags=["--tmp", "32Mi", "--shm", "8Mi", "--hostname", "custom-host"])
+    assert r["stdout"].split() == ["32", "8"]
+    r = env.run(["hostname"], flags=["--hostname", "custom-host"])
+    assert r["stdout"] == "custom-host\n"
+    r = env.run(["hostname"], flags=["--hostname", "bad\nhost"])
+    assert r.rc == 1 and "hostname must be" in r["error"]
