@@ -24,5 +24,20 @@ def test_guest_kernel_facts_ran(lane):
     vmlane.assert_ran(lane, "tests.vm.guest.test_kernel_facts::", 11)
 
 
+@pytest.mark.parametrize("prefix,at_least", [
+    ("tests.vm.guest.test_runner_v2::", 13),
+    ("tests.vm.guest.test_lensboxd_v2::", 3),
+    ("tests.integration.test_runner_limits::", 4),
+    ("tests.integration.test_runner_kill::", 4),
+    ("tests.security.test_cgroups::", 15),
+    ("tests.security.test_landlock::", 17),
+    ("tests.integration.test_daemon_lifecycle::", 2),
+    ("tests.integration.test_api_runs::", 3),
+])
+def test_each_selected_suite_ran(lane, prefix, at_least):
+    # A suite that shrank or vanished from the guest run (a renamed test, a broken collection) fails here.
+    vmlane.assert_ran(lane, prefix, at_least)
+
+
 def test_every_guest_test_passed(lane):
     vmlane.assert_all_passed(lane)
