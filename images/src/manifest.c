@@ -157,6 +157,7 @@ struct desc {
 
 static int parse_desc(yajl_val d, const char *what, struct desc *ret, struct lb_error *err)
 {
+	*ret = (struct desc){ 0 };
 	const char *digest = get_str(d, "digest");
 	yajl_val size = get(d, "size");
 	if (!digest || lbi_digest_hex(digest, ret->hex) < 0)
