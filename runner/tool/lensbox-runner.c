@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <yajl/yajl_gen.h>
@@ -417,7 +418,14 @@ int main(int argc, char **argv)
 
 	uint64_t t0 = now_us();
 	struct lb_sandbox *sb = NULL;
+	struct stat st;
+	bool storage_existed = stat(storage, &st) == 0;
 	if (lb_sandbox_start(&spec, &sb, &err) < 0) {
+		/* A storage this run created is not left behind; one that existed before is never touched here. */
+		if (!storage_existed && !keep) {
+			struct lb_error derr;
+			lb_sandbox_destroy_storage(storage, &derr);
+		}
 		lb_policy_free(policy);
 		return print_error(err.msg);
 	}

@@ -90,3 +90,16 @@ def test_probe_reports_the_host():
     assert p.returncode == 0 and facts["ready"] is True and facts["why_not"] == ""
     assert facts["kernel"] == os.uname().release
     assert facts["cgroup_version"] in ("v1", "v2") and facts["seccomp"] and facts["loop_devices"]
+
+
+def test_a_failed_start_leaves_nothing(env):
+    # Everything up to the root filesystem is made (cgroup, a new storage image, its mount) before the missing
+    # image is noticed: all of it must be undone, and the storage the run created removed again.
+    bad = subprocess.run([rl.runner_bin(), "--rootfs", "/nonexistent-rootfs", "--storage", env.storage("never"),
+                          "--policy", rl.POLICY_DIR, "--run-dir", env.run_dir, "--name", "failed-start", "--",
+                          "true"], stdout=subprocess.PIPE, timeout=60)
+    env.names.append("failed-start")
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["error"].startswith("preparing the root filesystem: image rootfs /nonexistent-rootfs")
+    assert not os.path.exists(env.storage("never"))  # the storage it made is gone again
+    assert env.leftovers() == []
