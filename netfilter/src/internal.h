@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "lb/netfilter.h"
 #include "lb/netparse.h"
@@ -23,12 +24,17 @@ struct lb_slot {
 	enum lb_tier_id tier;
 	char name[64];
 	int host_ifindex;
-	uint64_t service_refusals; /* refusals by the resolver and relay (the nft counter counts the rest) */
-	unsigned dns_inflight;	   /* this sandbox's share of the services' bounds, so one cannot starve others */
+	unsigned dns_inflight; /* this sandbox's share of the services' bounds, so one cannot starve others */
 	unsigned relay_conns;
 };
 
 struct lb_service; /* a running resolver or relay */
+
+/* Shared with the isolated services process (isolate.c): written by the parent, read by the services ... */
+struct lb_shared_slot {
+	_Atomic unsigned tier;	   /* enum lb_tier_id; LB_TIER_OFF: nobody there, the services refuse */
+	_Atomic uint64_t refusals; /* ... and this one the other way round */
+};
 struct relay_conn; /* one relayed connection (services.c) */
 
 #define LB_RELAY_CONNS_MAX 256
@@ -52,6 +58,9 @@ struct lb_net {
 	atomic_uint relay_conns;		     /* live relay connections (bounded by LB_RELAY_CONNS_MAX) */
 	struct relay_conn *live[LB_RELAY_CONNS_MAX]; /* under lock: so stopping can wake them */
 	bool stopping;				     /* under lock: no new upstream connection */
+	struct lb_shared_slot *shared;		     /* n_slots entries, MAP_SHARED */
+	pid_t services_pid;			     /* the isolated services process, 0 when in-process */
+	uid_t services_uid;
 	atomic_uint dns_inflight;
 };
 
@@ -104,6 +113,13 @@ void lb_relay_shutdown_all(struct lb_net *ctx);
  * *ret_n may be 0; *ret_dropped counts the addresses that were refused. */
 int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
 			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+
+/* ---- isolate.c ---- */
+
+/* Forks the services process (resolver and relay) as uid/gid; -EBUSY when the caller has more than one thread. */
+int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct lb_error *err);
+void lb_services_kill(struct lb_net *ctx);
+bool lb_services_alive(struct lb_net *ctx);
 
 /* ---- net.c ---- */
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -208,6 +209,14 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		r = lb_error_set(err, ENOMEM, "allocating slots");
 		goto fail;
 	}
+	/* MAP_SHARED so an isolated services process sees tiers and the parent sees its refusal counts */
+	void *shared =
+	    mmap(NULL, ctx->n_slots * sizeof(*ctx->shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED) {
+		r = lb_error_set(err, errno, "mapping the shared slot table");
+		goto fail;
+	}
+	ctx->shared = shared;
 	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
 	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
 	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
@@ -271,12 +280,19 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	r = lb_veth_list(mark_existing, ctx, err);
 	if (r < 0)
 		goto fail;
-	r = lb_resolver_start(ctx, err);
-	if (r < 0)
-		goto fail;
-	r = lb_relay_start(ctx, err);
-	if (r < 0)
-		goto fail;
+	if (cfg->services_uid) {
+		ctx->services_uid = cfg->services_uid;
+		r = lb_services_spawn_isolated(ctx, cfg->services_uid, cfg->services_uid, err);
+		if (r < 0)
+			goto fail;
+	} else {
+		r = lb_resolver_start(ctx, err);
+		if (r < 0)
+			goto fail;
+		r = lb_relay_start(ctx, err);
+		if (r < 0)
+			goto fail;
+	}
 	*ret = ctx;
 	return 0;
 fail:
@@ -288,6 +304,7 @@ void lb_net_free(struct lb_net *ctx)
 {
 	if (!ctx)
 		return;
+	lb_services_kill(ctx); /* the isolated process, if any: its connections close with it */
 	lb_service_halt(ctx->resolver);
 	lb_service_halt(ctx->relay);
 	/* Detached per-request threads hold ctx and the resolver's socket: wake the relayed connections, then wait for
@@ -305,6 +322,8 @@ void lb_net_free(struct lb_net *ctx)
 	free(ctx->web_template);
 	free(ctx->packages_template);
 	free(ctx->slots);
+	if (ctx->shared)
+		munmap(ctx->shared, ctx->n_slots * sizeof(*ctx->shared));
 	free(ctx->policy_dir);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
@@ -318,6 +337,7 @@ static void slot_ifname(unsigned slot, char buf[16])
 /* Removes everything of slot (rules, then veth) and frees it. Errors other than "absent" are reported. */
 static int teardown_slot(struct lb_net *ctx, unsigned slot, struct lb_error *err)
 {
+	atomic_store(&ctx->shared[slot].tier, LB_TIER_OFF); /* the services refuse it from now on */
 	int r = lb_nft_remove_slot(slot, err);
 	if (r < 0)
 		return r;
@@ -435,6 +455,8 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 	ctx->slots[slot].tier = t;
 	ctx->slots[slot].host_ifindex = ifindex;
 	pthread_mutex_unlock(&ctx->lock);
+	atomic_store(&ctx->shared[slot].refusals, 0);
+	atomic_store(&ctx->shared[slot].tier, t);
 	if (ret_info) {
 		struct lb_net_info info = { .prefix = 30, .slot = slot };
 		memcpy(info.host_ifname, ifname, sizeof(info.host_ifname));
@@ -585,8 +607,8 @@ int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct l
 {
 	pthread_mutex_lock(&ctx->lock);
 	int slot = find_slot_locked(ctx, name);
-	uint64_t svc = slot >= 0 ? ctx->slots[slot].service_refusals : 0;
 	pthread_mutex_unlock(&ctx->lock);
+	uint64_t svc = slot >= 0 ? atomic_load(&ctx->shared[slot].refusals) : 0;
 	if (slot < 0)
 		return lb_error_setx(err, ENOENT, "sandbox %.64s has no network attached", name);
 	uint64_t pk = 0;
@@ -606,11 +628,9 @@ int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slo
 	if (off % 4 != 2 || off / 4 >= ctx->n_slots)
 		return -ENOENT;
 	unsigned slot = off / 4;
-	pthread_mutex_lock(&ctx->lock);
-	bool used = ctx->slots[slot].used;
-	enum lb_tier_id t = ctx->slots[slot].tier;
-	pthread_mutex_unlock(&ctx->lock);
-	if (!used || t == LB_TIER_OFF)
+	/* from the shared table: in an isolated services process, ctx->slots is a stale copy */
+	enum lb_tier_id t = (enum lb_tier_id)atomic_load(&ctx->shared[slot].tier);
+	if (t != LB_TIER_PACKAGES && t != LB_TIER_WEB)
 		return -ENOENT;
 	*ret_slot = slot;
 	*ret_tier = t;
@@ -619,10 +639,8 @@ int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slo
 
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot)
 {
-	pthread_mutex_lock(&ctx->lock);
 	if (slot < ctx->n_slots)
-		ctx->slots[slot].service_refusals++;
-	pthread_mutex_unlock(&ctx->lock);
+		atomic_fetch_add(&ctx->shared[slot].refusals, 1);
 }
 
 bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what)
@@ -689,6 +707,9 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	h->n_package_names = (unsigned)ctx->packages.n;
 	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
 	snprintf(h->npm_registry, sizeof(h->npm_registry), "%s", ctx->npm_registry);
+	h->services_isolated = ctx->services_uid != 0;
+	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
+	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
 }
 
 const char *lb_net_resolv_conf(const char *tier)

@@ -195,7 +195,7 @@ static void cmd_stop(struct lb_net *ctx, char **w)
 static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
-			"                         [--relay-port N] [--package HOST]... [--npm]\n"
+			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -243,9 +243,11 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		struct lb_net_health h;
 		lb_net_health(ctx, &h);
 		printf("ok table=%d ip_forward=%d foreign_forward_drop=%d sandboxes=%u dns=%s packages=%u "
-		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\"\n",
+		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\" services_isolated=%d "
+		       "services_alive=%d services_pid=%u\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
-		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry);
+		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry,
+		       h.services_isolated, h.services_alive, h.services_pid);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
@@ -294,6 +296,7 @@ int main(int argc, char **argv)
 		{ "relay-port", required_argument, NULL, 'l' },
 		{ "package", required_argument, NULL, 'k' },
 		{ "npm", no_argument, NULL, 'n' },
+		{ "services-uid", required_argument, NULL, 'u' },
 		{ 0 },
 	};
 	int c;
@@ -321,6 +324,9 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			npm = true;
+			break;
+		case 'u':
+			cfg.services_uid = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();

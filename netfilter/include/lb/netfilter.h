@@ -40,6 +40,9 @@ struct lb_net_config {
 	const char *const *extra_package_names; /* added to packages.list; may be NULL */
 	bool skip_npm_lookup; /* false (the default): add the host of `npm config get registry` when npm is installed */
 	uint32_t connect_timeout_ms; /* relay to upstream and DNS upstream wait; 0: 3000 */
+	uint32_t services_uid; /* non-zero: run the resolver and relay in a forked process as this uid (and gid), with
+				  no capabilities; lb_net_init() must then be called while single-threaded. 0: they
+				  run as threads of the caller */
 };
 
 struct lb_net; /* opaque context */
@@ -57,6 +60,9 @@ struct lb_net_health {
 	char dns_upstream[32];
 	unsigned n_package_names;
 	char npm_registry[128]; /* the npm registry host added from npm's configuration; empty when none */
+	bool services_isolated; /* the resolver and relay run in their own unprivileged process ... */
+	bool services_alive;	/* ... which is still running (false after a crash: DNS and relay are down) */
+	unsigned services_pid;
 };
 
 /* What lb_net_attach() built. */

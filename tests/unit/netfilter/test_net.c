@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -180,6 +181,43 @@ static void off_tier_and_resolv_conf(void **state)
 	lb_net_free(net);
 }
 
+static void isolated_services(void **state)
+{
+	(void)state;
+	struct lb_net_config cfg = { .policy_dir = LENSBOX_SOURCE_DIR "/policy",
+				     .pool = "10.231.0.0/24",
+				     .dns_upstream = "192.0.2.53",
+				     .resolver_port = 20053,
+				     .relay_port = 20080,
+				     .skip_npm_lookup = true,
+				     .services_uid = 65534 };
+	struct lb_net *net = NULL;
+	struct lb_error err = { 0 };
+	if (lb_net_init(&cfg, &net, &err) < 0)
+		fail_msg("lb_net_init: %s", err.msg);
+	struct lb_net_health h;
+	lb_net_health(net, &h);
+	assert_true(h.services_isolated);
+	assert_true(h.services_alive);
+	assert_int_not_equal(h.services_pid, (unsigned)getpid());
+	char path[64], *status = NULL;
+	snprintf(path, sizeof(path), "/proc/%u/status", h.services_pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	status = calloc(1, 8192);
+	assert_true(fread(status, 1, 8191, f) > 0);
+	fclose(f);
+	assert_non_null(strstr(status, "\nUid:\t65534\t65534\t65534\t65534\n"));
+	assert_non_null(strstr(status, "\nCapEff:\t0000000000000000\n"));
+	free(status);
+	assert_int_equal(lb_net_attach(net, "iso", sandbox_fd, "web", NULL, &err), 0);
+	assert_int_equal(lb_net_detach(net, "iso", &err), 0);
+	unsigned pid = h.services_pid;
+	assert_int_equal(lb_net_unload(net, &err), 0);
+	lb_net_free(net);
+	assert_int_equal(kill((pid_t)pid, 0), -1); /* killed and reaped with the context */
+}
+
 static void bad_config_is_refused(void **state)
 {
 	(void)state;
@@ -204,9 +242,8 @@ static void bad_config_is_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(attach_detach_web),
-		cmocka_unit_test(reconcile_after_restart),
-		cmocka_unit_test(off_tier_and_resolv_conf),
+		cmocka_unit_test(attach_detach_web),	    cmocka_unit_test(reconcile_after_restart),
+		cmocka_unit_test(off_tier_and_resolv_conf), cmocka_unit_test(isolated_services),
 		cmocka_unit_test(bad_config_is_refused),
 	};
 	return cmocka_run_group_tests(tests, enter_worlds, leave);
