@@ -2,7 +2,7 @@
 # stage2.sh — second stage of the VM lane guest: PID 1 (root) on the overlay root that init.sh switched to.
 #
 # Sets the guest up the way a systemd host runs lensboxd, then runs the selected tests and reports:
-#   - proc, sysfs, devpts, /dev/shm, tmpfs on /tmp and /run; cgroup2 on /sys/fs/cgroup with systemd's options;
+#   - proc, sysfs, devpts, /dev/shm, tmpfs on /run (/tmp is the overlay root's); cgroup2 on /sys/fs/cgroup with systemd's options;
 #   - every available controller enabled in the root's subtree_control, PID 1 in init.scope; launch.py makes
 #     the rest of the systemd-like layout (the tests' scope and the delegated lensbox.service, see there);
 #   - runs /lensbox-vm/launch.py (pytest with the host's selection) with output on the console and on the
@@ -25,7 +25,9 @@ mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
-mount -t tmpfs -o mode=1777 tmp /tmp
+# /tmp stays on the writable overlay root (no tmpfs over it): CI may clone the source tree under /tmp, and the
+# tree is carried at its host path.
+mkdir -p /tmp && chmod 1777 /tmp
 mount -t tmpfs -o mode=0755 run /run
 mount -t ext4 /dev/vdb /results || { echo "LENSBOX-VM-STAGE2-FAILED: results disk"; poweroff -f; }
 hostname lensbox-vm
