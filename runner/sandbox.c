@@ -369,6 +369,17 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 				     kabi, lp->min_abi);
 	}
 
+	/* The image root is checked before anything is made for it (rootfs.c checks it again where it is used). */
+	struct stat ist;
+	if (stat(spec->rootfs, &ist) < 0) {
+		r = lb_error_set(err, errno, "image rootfs %s", spec->rootfs);
+		sandbox_free(sb);
+		return r;
+	}
+	if (!S_ISDIR(ist.st_mode)) {
+		sandbox_free(sb);
+		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
+	}
 	struct lb_cg_host host;
 	bool have_disk = false, have_root = false;
 	struct lb_rootfs_plan *plan = NULL;

@@ -93,13 +93,13 @@ def test_probe_reports_the_host():
 
 
 def test_a_failed_start_leaves_nothing(env):
-    # Everything up to the root filesystem is made (cgroup, a new storage image, its mount) before the missing
-    # image is noticed: all of it must be undone, and the storage the run created removed again.
-    bad = subprocess.run([rl.runner_bin(), "--rootfs", "/nonexistent-rootfs", "--storage", env.storage("never"),
-                          "--policy", rl.POLICY_DIR, "--run-dir", env.run_dir, "--name", "failed-start", "--",
-                          "true"], stdout=subprocess.PIPE, timeout=60)
-    env.names.append("failed-start")
-    assert bad.returncode == 1
-    assert json.loads(bad.stdout)["error"].startswith("preparing the root filesystem: image rootfs /nonexistent-rootfs")
-    assert not os.path.exists(env.storage("never"))  # the storage it made is gone again
+    # A hostname that cannot go into /etc/hosts is refused while the root is prepared, after the cgroup, a new
+    # storage image and its mount were made: all of it is undone, and the storage this run created removed again.
+    bad = env.run(["true"], storage=env.storage("never"), flags=["--hostname", "two words"])
+    assert bad.rc == 1 and bad["error"].startswith("preparing the root filesystem: hostname must be"), bad
+    assert not os.path.exists(env.storage("never"))
     assert env.leftovers() == []
+    # A missing image is refused before anything is made.
+    bad = env.run(["true"], storage=env.storage("never2"), flags=["--rootfs", "/nonexistent-rootfs"])
+    assert bad.rc == 1 and bad["error"] == "image rootfs /nonexistent-rootfs: No such file or directory", bad
+    assert not os.path.exists(env.storage("never2")) and env.leftovers() == []
