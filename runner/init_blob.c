@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,12 +30,15 @@ __asm__(".section .rodata\n"
 	".hidden lb_init_blob_start\n"
 	"lb_init_blob_start:\n"
 	".incbin \"" LB_INIT_BLOB_PATH "\"\n"
-	".global lb_init_blob_end\n"
-	".hidden lb_init_blob_end\n"
 	"lb_init_blob_end:\n"
+	".balign 8\n"
+	".global lb_init_blob_size\n"
+	".hidden lb_init_blob_size\n"
+	"lb_init_blob_size:\n"
+	".quad lb_init_blob_end - lb_init_blob_start\n"
 	".previous\n");
 extern const char lb_init_blob_start[];
-extern const char lb_init_blob_end[];
+extern const uint64_t lb_init_blob_size; /* computed by the assembler */
 
 int lb_init_memfd(void)
 {
@@ -43,7 +47,7 @@ int lb_init_memfd(void)
 		fd = (int)syscall(SYS_memfd_create, "lensbox-init", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	int r = lb_write_all(fd, lb_init_blob_start, (size_t)(lb_init_blob_end - lb_init_blob_start));
+	int r = lb_write_all(fd, lb_init_blob_start, (size_t)lb_init_blob_size);
 	if (r == 0 && fchmod(fd, 0555) < 0)
 		r = -errno;
 	/* Sealed: no write, resize or new seal can ever change the binary pid 1 runs. */
