@@ -6,7 +6,8 @@ the host and under bubblewrap (`bwrap --unshare-all`), all in one run on this ma
 
 Measured, each as the wall time of one whole command seen from outside, median of N rounds that run every variant
 once in turn (so load from other work on a shared machine hits all of them alike):
-  bare      /usr/bin/python3 -c pass on the host
+  bare      /usr/bin/python3 -c pass on the host (the baseline of every ratio)
+  chroot    the image's own python3 (same binary and files as in the sandbox), chroot'ed, for comparison
   bwrap     bwrap --unshare-all over the image root (read-only), fresh /proc and /dev, the image's python3
   new       lensbox-runner: start a sandbox (storage already exists, as for a returning conversation), exec
             python3 -c pass, stop it; the policy is loaded by the tool each time, as lensboxd would not
@@ -79,6 +80,7 @@ def main():
         k = args.repeat
         cmds = {
             "bare": ["/usr/bin/python3", "-c", "pass"],
+            "chroot": ["chroot", rootfs, "/usr/bin/python3", "-c", "pass"],
             "bwrap": [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", rootfs, "/", "--proc", "/proc",
                       "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/python3", "-c", "pass"],
             "new": lensbox + ["--", "python3", "-c", "pass"],
@@ -103,13 +105,17 @@ def main():
 
         print(f"python3 -c pass, median of {n} interleaved rounds (ms)")
         print(f"  bare host                      {bare:8.2f}")
+        chroot = med["chroot"]
+        print(f"  bare, image's python (chroot)  {chroot:8.2f}   ratio {chroot / bare:5.2f}x bare   "
+              "(the same binary and files as in the sandbox)")
         print(f"  bwrap --unshare-all            {bw:8.2f}   ratio {bw / bare:5.2f}x bare")
         print(f"  lensbox new sandbox, tool      {new:8.2f}   ratio {new / bare:5.2f}x bare   (target < 1.30x)")
         print(f"  lensbox new sandbox, library   {new_lib:8.2f}   ratio {new_lib / bare:5.2f}x bare   "
               "(start + exec + stop inside the tool)")
         print(f"  lensbox exec, tool marginal    {exec_ms:8.2f}   ratio {exec_ms / bare:5.2f}x bare   (target < 1.10x)")
         print(f"  lensbox exec, library          {exec_lib:8.2f}   ratio {exec_lib / bare:5.2f}x bare")
-        print(json.dumps({"bare_ms": round(bare, 3), "bwrap_ms": round(bw, 3), "new_ms": round(new, 3),
+        print(json.dumps({"bare_ms": round(bare, 3), "chroot_ms": round(chroot, 3), "bwrap_ms": round(bw, 3),
+                          "new_ms": round(new, 3),
                           "new_library_ms": round(new_lib, 3), "exec_ms": round(exec_ms, 3),
                           "exec_library_ms": round(exec_lib, 3), "ratio_bwrap": round(bw / bare, 3),
                           "ratio_new": round(new / bare, 3), "ratio_new_library": round(new_lib / bare, 3),
