@@ -11,14 +11,18 @@ SRC = os.environ.get("LENSBOX_SOURCE_DIR", os.path.join(os.path.dirname(__file__
 sys.path[:0] = [os.path.join(SRC, "clients", "python"), os.path.join(SRC, "tests")]
 
 from lensbox_client import Client, SandboxError  # noqa: E402
+from lensbox_testlib import sealed  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+
+# The network-change test needs networking on; a sealed namespace keeps it off the machine's real network.
+sealed.enter()
 
 MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def d():
-    with Daemon() as daemon:
+    with Daemon(settings={"networking": "on"}) as daemon:
         yield daemon
 
 

@@ -1,20 +1,25 @@
 """lensboxd wires netfilter/ into a sandbox's life: a `web` or `packages` sandbox gets a veth and the resolver
 address, an `off` sandbox only lo; stopping removes the host side; a restart after SIGKILL removes what was left;
 with networking off, networked tiers are refused with 503. No packet leaves the host: the tests only look at
-interfaces, routes and files."""
-import glob
+interfaces, routes and files, and the whole test runs in a sealed network namespace (lensbox_testlib.sealed)
+so lensbox's table and forwarding never touch the machine's own network."""
 import os
+import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lensbox_testlib import sealed  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+
+sealed.enter()
 
 SHOW = "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; echo; cat /etc/resolv.conf 2>&1 | grep nameserver || echo none"
 
 
 def host_veths():
-    return {os.path.basename(p) for p in glob.glob("/sys/class/net/lbh*")}
+    # netlink, not /sys/class/net: sysfs shows the namespace it was mounted in, not ours
+    return {name for _, name in socket.if_nameindex() if name.startswith("lbh")}
 
 
 def test_tiers_get_their_interfaces_and_lose_them_on_stop():
