@@ -61,7 +61,8 @@ def test_timeout_kills_a_double_forked_daemon(env):
 
 
 def test_timeout_kills_a_process_ignoring_sigterm(env):
-    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('armed', flush=True)\ntime.sleep(1000)\n"
+    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('armed', flush=True)\ntime.sleep(1000)\n")
     r = env.python(code, flags=["--timeout", "3"])  # 3 s: python starts slowly in the VM lane
     assert r["timed_out"] and r["signal"] == 9
     assert r["stdout"] == "armed\n"

@@ -41,7 +41,8 @@ def test_short_output_not_truncated(env):
 
 
 def test_invalid_utf8_is_repaired(env):
-    code = "import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe caf\\xc3\\xa9 \\xe2\\x82'); sys.stderr.buffer.write(b'\\x00\\xc0')"
+    code = ("import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe caf\\xc3\\xa9 \\xe2\\x82'); "
+            "sys.stderr.buffer.write(b'\\x00\\xc0')")
     r = env.python(code)
     # lib/utf8.c replaces each byte of an invalid or truncated sequence with U+FFFD.
     head = "ok \ufffd\ufffd caf\u00e9 "

@@ -22,7 +22,8 @@ def env():
 def test_six_sandboxes_at_once(env):
     def one(i):
         st = env.storage(f"par{i}")
-        code = f"import os, socket; open('/sandbox/me', 'w').write('{i}'); print(socket.gethostname(), open('/sandbox/me').read())"
+        code = (f"import os, socket; open('/sandbox/me', 'w').write('{i}'); "
+                "print(socket.gethostname(), open('/sandbox/me').read())")
         return env.python(code, storage=st, name=f"par-{os.getpid()}-{i}", flags=["--uid", str(310000 + i)])
 
     with ThreadPoolExecutor(max_workers=6) as pool:
