@@ -394,9 +394,11 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		release_slot(d);
 		log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
 		lb_error(lf, "starting the sandbox failed");
-		/* Whatever a half-done start left behind goes now, not at the next restart. */
+		/* Whatever a half-done start left behind goes now, not at the next restart; but EEXIST means a live
+		 * sandbox of this name refused the start, and cleaning up would kill it. */
 		struct lb_error err2 = { 0 };
-		lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
+		if (r != -EEXIST)
+			lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
 		lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
 		return r;
 	}
