@@ -117,6 +117,11 @@ void lbd_api_run_get(struct lbd_req *req, struct lbd_res *res);
 void lbd_api_files_list(struct lbd_req *req, struct lbd_res *res);
 void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res);
 void lbd_api_file_put(struct lbd_req *req, struct lbd_res *res);
+void lbd_api_images_list(struct lbd_req *req, struct lbd_res *res);
+void lbd_api_image_get(struct lbd_req *req, struct lbd_res *res);    /* ref in req->file_path */
+void lbd_api_image_delete(struct lbd_req *req, struct lbd_res *res); /* ref in req->file_path */
+void lbd_api_image_pull(struct lbd_req *req, struct lbd_res *res);
+void lbd_api_image_import(struct lbd_req *req, struct lbd_res *res);
 
 /* ---- routes.c ---- */
 typedef void (*lbd_handler)(struct lbd_req *req, struct lbd_res *res);

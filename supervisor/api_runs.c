@@ -276,6 +276,9 @@ release:
 	lbd_gen_bool(g, "sandbox_created", er.created);
 	lbd_gen_bool(g, "sandbox_started", er.started);
 	lbd_gen_str(g, "recreated", er.recreated[0] ? er.recreated : NULL);
+	lbd_gen_bool(g, "image_pulled", er.image_pulled);
+	if (er.image_pulled)
+		lbd_gen_uint(g, "image_pull_ms", er.image_pull_ms);
 	lbd_gen_str(g, "message", run.message[0] ? run.message : NULL);
 	yajl_gen_map_close(g);
 	lbd_gen_finish(g, res, 200);

@@ -86,7 +86,8 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 	 * defaults for a new one and leave an existing one alone. */
 	struct lbd_image img;
 	struct lb_error err = { 0 };
-	if (lbd_image_resolve(d, spec.spec.image, &img, &err) < 0) {
+	struct lbd_image_pulled pulled = { 0 };
+	if (lbd_image_get(d, spec.spec.image, true, false, &img, &pulled, &err) < 0) {
 		lbd_res_error(res, 503, "image_unavailable", "The image %s is not available here: %s", spec.spec.image,
 			      err.msg);
 		return;
@@ -113,6 +114,9 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 	yajl_gen_map_open(g);
 	lbd_gen_bool(g, "created", er.created);
 	lbd_gen_str(g, "recreated", er.recreated[0] ? er.recreated : NULL);
+	lbd_gen_bool(g, "image_pulled", pulled.pulled || er.image_pulled);
+	if (pulled.pulled || er.image_pulled)
+		lbd_gen_uint(g, "image_pull_ms", pulled.ms + er.image_pull_ms);
 	lbd_gen_key(g, "sandbox");
 	gen_sandbox_full(d, g, &row);
 	yajl_gen_map_close(g);

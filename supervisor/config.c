@@ -98,6 +98,16 @@ static const struct key_def keys[] = {
 	{ "network_pool", K_STRING, F(network_pool), 0, 0, "10.231.0.0/16", "IPv4 CIDR for the sandboxes' /30 links" },
 	{ "dns_upstream", K_STRING, F(dns_upstream), 0, 0, "",
 	  "name server the resolver and relay ask (IPv4[:port]); empty: /etc/resolv.conf's first" },
+	{ "pull_missing_images", K_BOOL, FN(pull_missing_images), 0, 0, "off",
+	  "on: a run or PUT whose image is not in images_dir pulls it from its registry first" },
+	{ "insecure_registries", K_STRING, F(insecure_registries), 0, 0, "",
+	  "registries (host[:port], comma-separated) reached over plain HTTP; for test registries only" },
+	{ "registry_ca_file", K_STRING, F(registry_ca_file), 0, 0, "",
+	  "CA bundle for HTTPS registries (absolute path); empty: the system's" },
+	{ "registry_credentials", K_STRING, F(registry_credentials), 0, 0, "",
+	  "registry credentials, Docker config.json shape (absolute path); empty: anonymous" },
+	{ "image_gc_after", K_HOURS, FN(image_gc_after_seconds), 0, 8760ull * 3600, "24",
+	  "remove an image no sandbox uses, not pinned, unused this long: hours or a duration; 0: never" },
 };
 
 const char *lbd_config_key(size_t i, const char **ret_default, const char **ret_help)
@@ -328,5 +338,8 @@ int lbd_config_validate(const struct lbd_config *cfg, struct lb_error *err)
 		return lb_error_setx(err, ERANGE, "uid_range_start + uid_range_count passes the largest uid");
 	if (strlen(cfg->state_dir) > 150 || strlen(cfg->run_dir) > 150)
 		return lb_error_setx(err, ENAMETOOLONG, "state_dir and run_dir must be at most 150 characters");
+	if ((cfg->registry_ca_file[0] && cfg->registry_ca_file[0] != '/') ||
+	    (cfg->registry_credentials[0] && cfg->registry_credentials[0] != '/'))
+		return lb_error_setx(err, EINVAL, "registry_ca_file and registry_credentials must be absolute paths");
 	return 0;
 }

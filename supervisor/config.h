@@ -49,6 +49,13 @@ struct lbd_config {
 	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
 	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
 	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
+
+	/* images: pulling and garbage collection */
+	bool pull_missing_images;	 /* a missing image is pulled before a sandbox is made from it */
+	char insecure_registries[512];	 /* comma-separated host[:port] reached over plain HTTP */
+	char registry_ca_file[256];	 /* "" : the system's CA bundle */
+	char registry_credentials[256];	 /* "" : anonymous */
+	uint64_t image_gc_after_seconds; /* 0: images are never garbage-collected */
 	enum lb_log_level log_level;
 };
 

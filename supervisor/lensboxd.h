@@ -53,6 +53,13 @@ struct lbd {
 	struct lb_store *store;
 	struct lb_images *images; /* NULL when the store could not be opened: runs get 503 image_unavailable */
 	pthread_mutex_t images_mu;
+
+	/* images.c: pulls in progress and the cond signalled when one ends (under images_mu); the timer thread's
+	 * last image gc (monotonic ms, that thread's only). */
+	pthread_cond_t pulls_cv;
+	struct lbd_pull *pulls;
+	uint64_t gc_last_mono;
+
 	struct lb_net *net; /* NULL when networking is off or failed to start: only network "off" runs */
 	char net_error[600];
 	int64_t started_at_ms;
@@ -83,12 +90,51 @@ struct lbd_image {
 };
 int lbd_images_open(struct lbd *d, struct lb_error *err);
 void lbd_images_close(struct lbd *d);
-/* Resolves an image reference ("python:3.12-slim") through the image store. -ENOENT when it is not there (err says
- * how to import it); -ENOEXEC when it lacks python3 or bash. Release with lbd_image_release(). */
+
+/* Whether a lookup pulled the image first, and how long the pull took. */
+struct lbd_image_pulled {
+	bool pulled;
+	uint64_t ms;
+};
+/* Resolves an image reference ("python:3.12-slim") through the image store. When it is not there and pull is
+ * true and the config's pull_missing_images is on, pulls it first (*ret_pulled, may be NULL, says so). touch:
+ * record a use for garbage collection. -ENOENT when it is not there (err says how to get it, or why the pull
+ * failed); -ENOEXEC when it lacks python3 or bash. Release with lbd_image_release(). */
+int lbd_image_get(struct lbd *d, const char *ref, bool pull, bool touch, struct lbd_image *ret,
+		  struct lbd_image_pulled *ret_pulled, struct lb_error *err);
+/* lbd_image_get(d, ref, false, false, ret, NULL, err). */
 int lbd_image_resolve(struct lbd *d, const char *ref, struct lbd_image *ret, struct lb_error *err);
 void lbd_image_release(struct lbd_image *img);
 /* true when ref is a syntactically acceptable image reference. */
 bool lbd_image_ref_valid(const char *ref);
+
+/* Pulls ref with the config's registry settings, on a store handle of its own (never holding images_mu while
+ * downloading); a pull of the same reference in progress is waited for, not repeated. *ret_info (may be NULL) is
+ * the caller's (lb_image_info_free); *ret_ms (may be NULL) the duration. Errors as lb_image_pull(). */
+int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_info, uint64_t *ret_ms,
+		   struct lb_error *err);
+/* Imports path (validated by the caller) under name (may be NULL) as lb_image_import() does, on its own handle. */
+int lbd_image_import(struct lbd *d, const char *path, const char *name, struct lb_image_info **ret_info,
+		     struct lb_error *err);
+
+/* Which images the sandboxes use: every sandbox row, and the config digest its spec's image name points at now
+ * ("" when none); also the config's default_image, which the next new sandbox will use. Built under images_mu
+ * (the caller holds it). */
+struct lbd_image_usage {
+	struct lb_store_sandbox *rows;
+	size_t n;
+	char (*name_digest)[72];
+	char default_digest[72]; /* default_image's config digest (""): gc keeps it; not counted */
+};
+int lbd_image_usage_locked(struct lbd *d, struct lbd_image_usage *ret, struct lb_error *err);
+/* Sandboxes using info: recorded digest equal to its manifest or config digest, or spec name pointing at it. */
+size_t lbd_image_usage_count(const struct lbd_image_usage *u, const struct lb_image_info *info);
+void lbd_image_usage_free(struct lbd_image_usage *u);
+/* Removes ref (a name or digest) unless a sandbox uses it: -EBUSY (err says which or how many), *ret_users (may
+ * be NULL) the count; -ENOENT when absent. */
+int lbd_image_remove(struct lbd *d, const char *ref, size_t *ret_users, struct lb_error *err);
+/* Timer work: garbage-collects images unused for image_gc_after (rate-limited inside). */
+void lbd_images_tick(struct lbd *d);
 
 /* ---- sandboxes.c ---- */
 
@@ -112,6 +158,8 @@ struct lbd_ensure_result {
 	bool created;
 	bool started;
 	char recreated[256]; /* "" unless the old sandbox was replaced: why */
+	bool image_pulled;   /* its image was missing and was pulled first */
+	uint64_t image_pull_ms;
 };
 
 int lbd_sandboxes_init(struct lbd *d, struct lb_error *err);

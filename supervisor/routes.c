@@ -4,7 +4,8 @@
  * Runs in lensboxd (root) on connection threads; pure. The path arrives still percent-encoded: it is split on
  * '/' first and each segment decoded after, so "%2F" inside a name can never create a new segment, and "%00" or a
  * bad escape is refused instead of cutting the string. A sandbox name must match ^[a-z0-9][a-z0-9._-]{0,62}$
- * (400 invalid_name); a file path is decoded here and validated by files.c.
+ * (400 invalid_name); a file path is decoded here and validated by files.c, an image reference (/v1/images/{ref},
+ * slashes included) by api_images.c.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -120,6 +121,31 @@ static int not_found(struct lbd_res *res)
 	return -1;
 }
 
+/* /v1/images/{ref}: the rest of the path, slashes included, is one reference (percent-decoded here, validated
+ * by the handler); POST .../pull and .../import are the two actions. */
+static int route_image(unsigned m, const char *method, const char *rest, struct lbd_route_match *ret,
+		       struct lbd_res *res)
+{
+	if (m == M_POST && strcmp(rest, "pull") == 0) {
+		ret->handler = lbd_api_image_pull;
+		return 0;
+	}
+	if (m == M_POST && strcmp(rest, "import") == 0) {
+		ret->handler = lbd_api_image_import;
+		return 0;
+	}
+	if (m != M_GET && m != M_DELETE)
+		return method_fail(res, method);
+	ret->file_path = lbd_percent_decode(rest, strlen(rest));
+	if (!ret->file_path) {
+		lbd_res_error(res, 400, "invalid_path",
+			      "The image reference holds a NUL byte or a malformed %%-escape.");
+		return -1;
+	}
+	ret->handler = m == M_GET ? lbd_api_image_get : lbd_api_image_delete;
+	return 0;
+}
+
 int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *ret, struct lbd_res *res)
 {
 	unsigned m = method_bit(method);
@@ -157,6 +183,14 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 		ret->handler = lbd_api_run_get;
 		return 0;
 	}
+	if (strcmp(p, "images") == 0 || strcmp(p, "images/") == 0) {
+		if (m != M_GET)
+			return method_fail(res, method);
+		ret->handler = lbd_api_images_list;
+		return 0;
+	}
+	if (strncmp(p, "images/", 7) == 0)
+		return route_image(m, method, p + 7, ret, res);
 	if (strcmp(p, "sandboxes") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);

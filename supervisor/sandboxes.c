@@ -336,7 +336,8 @@ static void release_slot(struct lbd *d)
 }
 
 /* Under the turn: starts the sandbox described by row. */
-static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row, struct lbd_fail *f)
+static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
+			struct lbd_ensure_result *ret, struct lbd_fail *f)
 {
 	const char *why = lbd_cannot_run(d);
 	if (why) {
@@ -351,7 +352,13 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	}
 	struct lbd_image img;
 	struct lb_error err = { 0 };
-	int r = lbd_image_resolve(d, row->spec.image, &img, &err);
+	struct lbd_image_pulled pulled = { 0 };
+	/* touch: the image's last use is now, for garbage collection */
+	int r = lbd_image_get(d, row->spec.image, true, true, &img, &pulled, &err);
+	if (pulled.pulled) {
+		ret->image_pulled = true;
+		ret->image_pull_ms += pulled.ms;
+	}
 	if (r < 0) {
 		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", row->spec.image,
 			     err.msg);
@@ -463,12 +470,18 @@ static void spec_changes(const struct lb_store_sandbox *row, const struct lbd_sp
 	}
 }
 
-/* A sandbox is never created or replaced for an image that is not there: nothing changes, 503. */
-static int check_image(struct lbd *d, const char *image, struct lbd_fail *f)
+/* A sandbox is never created or replaced for an image that is not there (after pulling it, when the config
+ * allows): nothing changes, 503. */
+static int check_image(struct lbd *d, const char *image, struct lbd_ensure_result *ret, struct lbd_fail *f)
 {
 	struct lbd_image img;
 	struct lb_error err = { 0 };
-	int r = lbd_image_resolve(d, image, &img, &err);
+	struct lbd_image_pulled pulled = { 0 };
+	int r = lbd_image_get(d, image, true, false, &img, &pulled, &err);
+	if (pulled.pulled) {
+		ret->image_pulled = true;
+		ret->image_pull_ms += pulled.ms;
+	}
 	if (r < 0) {
 		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", image, err.msg);
 		return r;
@@ -486,7 +499,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	char lf[256];
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
-		if ((r = check_image(d, req->spec.image, f)) < 0)
+		if ((r = check_image(d, req->spec.image, ret, f)) < 0)
 			return r;
 		/* A storage directory without a row is what a crash between removing a row's storage and the row
 		 * left; nobody owns it, and the new sandbox must start empty. */
@@ -516,7 +529,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		char why[256];
 		spec_changes(&row, req, why, sizeof(why));
 		if (why[0]) {
-			if ((r = check_image(d, req->spec.image, f)) < 0)
+			if ((r = check_image(d, req->spec.image, ret, f)) < 0)
 				return r;
 			r = destroy_locked(d, sb, f);
 			if (r < 0)
@@ -547,7 +560,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		}
 	}
 	if (start && !sb->live) {
-		r = start_locked(d, sb, &row, f);
+		r = start_locked(d, sb, &row, ret, f);
 		if (r < 0)
 			return r;
 		ret->started = true;

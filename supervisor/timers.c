@@ -4,7 +4,8 @@
  * Runs in lensboxd (root), one thread. Every timer_interval_ms it asks the store which sandboxes are past their
  * idle or keep time (lbd_sandboxes_tick); a sandbox in use is skipped, never waited for, and is looked at again on
  * the next tick. The deadlines live in the store, so they survive a restart: a sandbox unused for keep_hours is
- * deleted even if lensboxd was down when the time came.
+ * deleted even if lensboxd was down when the time came. The same thread garbage-collects images no sandbox uses
+ * (lbd_images_tick, images.c).
  */
 #include <errno.h>
 #include <time.h>
@@ -23,6 +24,7 @@ static void *timer_main(void *arg)
 		if (atomic_load(&d->stopping))
 			break;
 		lbd_sandboxes_tick(d);
+		lbd_images_tick(d); /* image garbage collection, rate-limited inside */
 	}
 	return NULL;
 }

@@ -91,6 +91,9 @@ class Daemon:
             "log_level": "info",
             # netfilter/ owns one host-wide nftables table: only tests about the network tiers turn it on
             "networking": "off",
+            # the shared image store outlives each daemon: only tests of image gc (with a store of their own) turn
+            # garbage collection on
+            "image_gc_after": "0",
         }
         self.settings.update(settings or {})
         self.proc = None
