@@ -34,6 +34,7 @@ enum key_type {
 	K_SIZE,
 	K_MINUTES, /* a number of minutes, or a duration string ("30s", "2m") */
 	K_HOURS,   /* a number of hours, or a duration string */
+	K_DAYS,	   /* a number of days, or a duration string */
 	K_U32,
 	K_LOGLEVEL,
 	K_BOOL,
@@ -90,6 +91,10 @@ static const struct key_def keys[] = {
 	  "how many host uids sandboxes may use" },
 	{ "timer_interval_ms", K_U32, FN(timer_interval_ms), 100, 60000, "1000",
 	  "how often idle and keep timers look (100-60000 ms)" },
+	{ "runs_keep_days", K_DAYS, FN(runs_keep_seconds), 0, 36500ull * 86400, "30",
+	  "delete ledger rows older than this: days, or a duration like 90s (0-36500 days); 0: keep them" },
+	{ "runs_keep_max", K_U32, FN(runs_keep_max), 0, 1000000000, "100000",
+	  "keep at most this many ledger rows, the newest (0-1000000000); 0: no limit" },
 	{ "body_memory", K_SIZE, FN(body_memory_bytes), 32ull << 20, 64ull << 30, "512Mi",
 	  "request bodies held in memory at once over all connections (32Mi-64Gi)" },
 	{ "log_level", K_LOGLEVEL, FN(log_level), 0, 0, "info", "debug | info | warn | error" },
@@ -230,6 +235,9 @@ int lbd_config_set(struct lbd_config *cfg, const char *key, const char *value, s
 	case K_HOURS:
 		r = parse_scaled_duration(value, 3600, &v);
 		break;
+	case K_DAYS:
+		r = parse_scaled_duration(value, 86400, &v);
+		break;
 	case K_U32:
 		r = parse_u64(value, &v);
 		break;
@@ -261,6 +269,7 @@ int lbd_config_set(struct lbd_config *cfg, const char *key, const char *value, s
 	case K_SIZE:
 	case K_MINUTES:
 	case K_HOURS:
+	case K_DAYS:
 		*(uint64_t *)(void *)field = v;
 		break;
 	case K_PATH:

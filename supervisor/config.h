@@ -45,6 +45,8 @@ struct lbd_config {
 	uint32_t uid_range_start; /* first host uid (and gid) handed to sandboxes */
 	uint32_t uid_range_count;
 	uint32_t timer_interval_ms; /* how often the idle/keep timers look */
+	uint64_t runs_keep_seconds; /* ledger rows older than this are deleted; 0: kept forever */
+	uint32_t runs_keep_max;	    /* at most this many ledger rows are kept, the newest; 0: no limit */
 	uint64_t body_memory_bytes; /* request bodies held in memory at once, over every connection */
 	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
 	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
@@ -56,6 +58,7 @@ struct lbd_config {
 	char registry_ca_file[256];	 /* "" : the system's CA bundle */
 	char registry_credentials[256];	 /* "" : anonymous */
 	uint64_t image_gc_after_seconds; /* 0: images are never garbage-collected */
+
 	enum lb_log_level log_level;
 };
 

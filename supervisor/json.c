@@ -454,6 +454,7 @@ void lbd_gen_run(yajl_gen g, const struct lb_store_run *run)
 	lbd_gen_bool(g, "timed_out", run->timed_out);
 	lbd_gen_bool(g, "oom_killed", run->oom_killed);
 	lbd_gen_bool(g, "pids_limited", run->pids_limited);
+	lbd_gen_uint(g, "network_blocked", run->network_blocked);
 	lbd_gen_uint(g, "cpu_ms", run->cpu_ms);
 	lbd_gen_uint(g, "peak_memory_bytes", run->peak_memory_bytes);
 	lbd_gen_uint(g, "stdout_bytes", run->stdout_bytes);

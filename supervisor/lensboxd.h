@@ -210,8 +210,19 @@ void lbd_sandboxes_counts(struct lbd *d, uint64_t *ret_running, uint64_t *ret_in
  * instance). A failure is not fatal: d->net_error says why packages and web are unavailable. */
 void lbd_network_start(struct lbd *d);
 void lbd_network_stop(struct lbd *d);
+/* Puts lensbox's nftables table and the sandboxes' rules back if someone removed them (lb_net_verify), logging a
+ * warning when it had to. The timer calls it every LBD_NETWORK_VERIFY_MS (or every tick when that is longer). */
+#define LBD_NETWORK_VERIFY_MS 2000
+void lbd_network_verify(struct lbd *d);
 /* Why sandboxes of tier `network` cannot start here, or NULL. */
 const char *lbd_network_unavailable(const struct lbd *d, const char *network);
+
+/* ---- api_runs.c: ledger retention ---- */
+
+/* Deletes ledger rows past runs_keep_days and beyond the newest runs_keep_max (either 0: that rule is off), logging
+ * what went. The timer calls it every lbd_ledger_prune_every_ms(d) (rounded up to its tick). */
+void lbd_ledger_prune(struct lbd *d);
+uint64_t lbd_ledger_prune_every_ms(const struct lbd *d);
 
 /* ---- timers.c ---- */
 int lbd_timers_start(struct lbd *d, pthread_t *ret_thread, struct lb_error *err);

@@ -3,7 +3,8 @@
  *
  * Runs in lensboxd (root) in the host's network namespace, at start-up and shutdown (single-threaded then). The
  * per-sandbox work (attach after start, detach before stop, blocked-packet counters around a run) is done where
- * the sandbox's turn is held, in sandboxes.c and api_runs.c; netfilter/ serialises its own state.
+ * the sandbox's turn is held, in sandboxes.c and api_runs.c; netfilter/ serialises its own state. The timer thread
+ * calls lbd_network_verify() every LBD_NETWORK_VERIFY_MS, so a flushed ruleset is put back within seconds.
  */
 #include <stdio.h>
 #include <string.h>
@@ -48,6 +49,25 @@ void lbd_network_stop(struct lbd *d)
 {
 	lb_net_free(d->net);
 	d->net = NULL;
+}
+
+void lbd_network_verify(struct lbd *d)
+{
+	if (!d->net)
+		return;
+	unsigned repaired = 0;
+	struct lb_error err = { 0 };
+	if (lb_net_verify(d->net, &repaired, &err) < 0) {
+		lb_error(NULL, "verifying lensbox's nftables table failed (affected sandboxes stay offline): %s",
+			 err.msg);
+		return;
+	}
+	if (repaired > 0) {
+		char f[64];
+		snprintf(f, sizeof(f), "repaired=%u", repaired);
+		lb_warn(f, "nftables table restored: lensbox's table or a sandbox's rules had been removed (a ruleset "
+			   "flush or a firewall reload); the affected sandboxes' links were down until now");
+	}
 }
 
 const char *lbd_network_unavailable(const struct lbd *d, const char *network)

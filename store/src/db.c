@@ -20,6 +20,9 @@
  * crash mid-migration leaves the previous version intact. A migration is never edited once released: a change is a
  * new entry at the end. A database whose version is above the last entry came from a newer lensbox and is refused.
  *
+ * runs.network_blocked is a count (attempts refused during the run). Rows recorded by lensbox versions that stored a
+ * flag hold 0 or 1 there; the column was INTEGER from the start, so the change needed no migration.
+ *
  * runs.sandbox is deliberately not a foreign key: the ledger is the record of what ran, and it outlives the
  * sandbox (deleting a conversation's sandbox must not erase the history of what ran in it). Foreign keys are still
  * switched on so later tables that do reference each other are checked.

@@ -134,7 +134,7 @@ static void read_run(sqlite3_stmt *st, struct lb_store_run *run)
 	run->timed_out = sqlite3_column_int(st, 7) != 0;
 	run->oom_killed = sqlite3_column_int(st, 8) != 0;
 	run->pids_limited = sqlite3_column_int(st, 9) != 0;
-	run->network_blocked = sqlite3_column_int(st, 10) != 0;
+	run->network_blocked = (uint64_t)sqlite3_column_int64(st, 10);
 	run->cpu_ms = (uint64_t)sqlite3_column_int64(st, 11);
 	run->peak_memory_bytes = (uint64_t)sqlite3_column_int64(st, 12);
 	run->stdout_bytes = (uint64_t)sqlite3_column_int64(st, 13);
@@ -155,7 +155,7 @@ static int check_run(const struct lb_store_run *run, struct lb_error *err)
 	if (!store_bounded(run->message, LB_STORE_MESSAGE_MAX))
 		return lb_error_setx(err, EINVAL, "recording a run: the message is too long");
 	if (run->duration_ms > INT64_MAX || run->cpu_ms > INT64_MAX || run->peak_memory_bytes > INT64_MAX ||
-	    run->stdout_bytes > INT64_MAX || run->stderr_bytes > INT64_MAX)
+	    run->stdout_bytes > INT64_MAX || run->stderr_bytes > INT64_MAX || run->network_blocked > INT64_MAX)
 		return lb_error_setx(err, EINVAL, "recording a run: a figure is out of range");
 	return 0;
 }
@@ -225,7 +225,7 @@ static int insert_run_unlocked(struct lb_store *s, const struct lb_store_run *ru
 	sqlite3_bind_int(st, 8, run->timed_out);
 	sqlite3_bind_int(st, 9, run->oom_killed);
 	sqlite3_bind_int(st, 10, run->pids_limited);
-	sqlite3_bind_int(st, 11, run->network_blocked);
+	sqlite3_bind_int64(st, 11, (sqlite3_int64)run->network_blocked);
 	sqlite3_bind_int64(st, 12, (sqlite3_int64)run->cpu_ms);
 	sqlite3_bind_int64(st, 13, (sqlite3_int64)run->peak_memory_bytes);
 	sqlite3_bind_int64(st, 14, (sqlite3_int64)run->stdout_bytes);
@@ -339,6 +339,28 @@ int lb_store_runs_prune(struct lb_store *s, int64_t before_ms, uint64_t *ret_del
 	if (r < 0)
 		return r;
 	sqlite3_bind_int64(st, 1, before_ms);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		return store_fail(s, rc, err, "pruning the ledger");
+	if (ret_deleted)
+		*ret_deleted = (uint64_t)sqlite3_changes(s->db);
+	return 0;
+}
+
+int lb_store_runs_prune_keep(struct lb_store *s, uint64_t keep, uint64_t *ret_deleted, struct lb_error *err)
+{
+	if (keep > INT64_MAX)
+		return lb_error_setx(err, EINVAL, "pruning the ledger: keep is out of range");
+	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	/* The subquery walks runs_by_time newest first, so it costs the number of rows kept, not the ledger's size. */
+	int r = store_prepare(s,
+			      "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY started_at_ms DESC, id DESC "
+			      "LIMIT -1 OFFSET ?)",
+			      &st, err);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int64(st, 1, (sqlite3_int64)keep);
 	int rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE)
 		return store_fail(s, rc, err, "pruning the ledger");

@@ -350,6 +350,7 @@ class FakeLensboxd:
                 "timed_out": False,
                 "oom_killed": False,
                 "pids_limited": False,
+                "network_blocked": 0,
                 "duration_ms": 12,
                 "cpu_ms": 8,
                 "peak_memory_bytes": 9 << 20,
@@ -372,7 +373,7 @@ class FakeLensboxd:
                 "id": out["id"], "sandbox": name, "language": body["language"], "started_at": iso(time.time()),
                 "duration_ms": out["duration_ms"], "exit_code": out["exit_code"], "signal": out["signal"],
                 "timed_out": out["timed_out"], "oom_killed": out["oom_killed"], "pids_limited": out["pids_limited"],
-                "cpu_ms": out["cpu_ms"], "peak_memory_bytes": out["peak_memory_bytes"],
+                "network_blocked": out["network_blocked"], "cpu_ms": out["cpu_ms"], "peak_memory_bytes": out["peak_memory_bytes"],
                 "stdout_bytes": out["stdout_bytes"], "stderr_bytes": out["stderr_bytes"], "outcome": outcome,
                 "message": out["message"],
             })

@@ -83,6 +83,7 @@ class RunResult:
     sandbox_started: bool
     recreated: Optional[str]
     message: Optional[str]
+    network_blocked: int = 0  # attempts the sandbox's network tier refused during this run
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -101,6 +102,7 @@ class RunResult:
             timed_out=bool(d.get("timed_out")),
             oom_killed=bool(d.get("oom_killed")),
             pids_limited=bool(d.get("pids_limited")),
+            network_blocked=int(d.get("network_blocked") or 0),
             duration_ms=int(d.get("duration_ms") or 0),
             cpu_ms=int(d.get("cpu_ms") or 0),
             peak_memory_bytes=int(d.get("peak_memory_bytes") or 0),
@@ -192,6 +194,7 @@ class RunRecord:
     pids_limited: bool
     outcome: str
     message: Optional[str]
+    network_blocked: int = 0
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
@@ -207,6 +210,7 @@ class RunRecord:
             timed_out=bool(d.get("timed_out")),
             oom_killed=bool(d.get("oom_killed")),
             pids_limited=bool(d.get("pids_limited")),
+            network_blocked=int(d.get("network_blocked") or 0),
             outcome=str(d.get("outcome", "")),
             message=_opt_str(d.get("message")),
             raw=dict(d),

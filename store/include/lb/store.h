@@ -102,7 +102,7 @@ struct lb_store_run {
 	bool timed_out;
 	bool oom_killed;
 	bool pids_limited;
-	bool network_blocked; /* the sandbox tried to reach something its network tier forbids */
+	uint64_t network_blocked; /* attempts its network tier refused during this run (packets, relay/DNS refusals) */
 	uint64_t cpu_ms;
 	uint64_t peak_memory_bytes;
 	uint64_t stdout_bytes;
@@ -249,6 +249,10 @@ int lb_store_runs_list(struct lb_store *s, const char *sandbox, size_t limit, st
 /* Deletes ledger rows that started before before_ms (the run counters of lb_store_counts() keep them).
  * *ret_deleted may be NULL. */
 int lb_store_runs_prune(struct lb_store *s, int64_t before_ms, uint64_t *ret_deleted, struct lb_error *err);
+
+/* Deletes every ledger row but the newest keep (started_at descending, then id descending, as listed); keep 0
+ * deletes them all. The run counters of lb_store_counts() keep them. *ret_deleted may be NULL. */
+int lb_store_runs_prune_keep(struct lb_store *s, uint64_t keep, uint64_t *ret_deleted, struct lb_error *err);
 
 /* ---- figures ---- */
 

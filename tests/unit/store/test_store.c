@@ -558,6 +558,20 @@ static void ledger_order_and_limit(void **state)
 	uint64_t deleted = 0;
 	assert_int_equal(lb_store_runs_prune(f->s, 3000, &deleted, NULL), 0);
 	assert_int_equal(deleted, 4); /* sb-a at 1000 and 2000, sb-gone at 1500 and 2500 */
+
+	/* keeping the newest 4 of the 6 left drops the oldest two, whatever their sandbox */
+	assert_int_equal(lb_store_runs_prune_keep(f->s, 4, &deleted, NULL), 0);
+	assert_int_equal(deleted, 2); /* sb-a at 3000, sb-gone at 3500 */
+	assert_int_equal(lb_store_runs_list(f->s, NULL, 100, &l, &n, &err), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(l[0].started_at_ms, 5500);
+	assert_int_equal(l[3].started_at_ms, 4000);
+	free(l);
+	assert_int_equal(lb_store_runs_prune_keep(f->s, 4, &deleted, NULL), 0);
+	assert_int_equal(deleted, 0);
+	assert_int_equal(lb_store_runs_prune_keep(f->s, 0, &deleted, NULL), 0);
+	assert_int_equal(deleted, 4);
+	assert_int_equal(lb_store_runs_prune_keep(f->s, UINT64_MAX, &deleted, &err), -EINVAL);
 }
 
 static void run_fields_round_trip(void **state)
@@ -569,7 +583,7 @@ static void run_fields_round_trip(void **state)
 	r.timed_out = true;
 	r.oom_killed = true;
 	r.pids_limited = true;
-	r.network_blocked = true;
+	r.network_blocked = 5000000000ull; /* a count, kept past 32 bits */
 	r.cpu_ms = 59000;
 	r.peak_memory_bytes = 536870912;
 	r.stdout_bytes = 1ull << 33;
@@ -582,7 +596,8 @@ static void run_fields_round_trip(void **state)
 	assert_string_equal(g.id, r.id);
 	assert_false(g.exited);
 	assert_int_equal(g.signal, 9);
-	assert_true(g.timed_out && g.oom_killed && g.pids_limited && g.network_blocked);
+	assert_true(g.timed_out && g.oom_killed && g.pids_limited);
+	assert_int_equal(g.network_blocked, 5000000000ull);
 	assert_int_equal(g.cpu_ms, 59000);
 	assert_int_equal(g.peak_memory_bytes, 536870912);
 	assert_int_equal(g.stdout_bytes, 1ull << 33);

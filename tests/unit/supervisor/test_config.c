@@ -77,6 +77,29 @@ static void durations_accept_units_and_plain_numbers(void **state)
 	assert_int_equal(c.keep_seconds, 720 * 3600); /* untouched by the failures */
 }
 
+static void ledger_retention_keys(void **state)
+{
+	(void)state;
+	struct lbd_config c;
+	lbd_config_defaults(&c);
+	assert_int_equal(c.runs_keep_seconds, 30 * 86400);
+	assert_int_equal(c.runs_keep_max, 100000);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_days", "7", NULL), 0);
+	assert_int_equal(c.runs_keep_seconds, 7 * 86400);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_days", "3s", NULL), 0);
+	assert_int_equal(c.runs_keep_seconds, 3);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_days", "0", NULL), 0); /* forever */
+	assert_int_equal(c.runs_keep_seconds, 0);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_days", "36501", NULL), -ERANGE);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_days", "a month", NULL), -EINVAL);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_max", "0", NULL), 0); /* no limit */
+	assert_int_equal(c.runs_keep_max, 0);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_max", "3", NULL), 0);
+	assert_int_equal(c.runs_keep_max, 3);
+	assert_int_equal(lbd_config_set(&c, "runs_keep_max", "1000000001", NULL), -ERANGE);
+	assert_int_equal(c.runs_keep_max, 3);
+}
+
 static void bad_values_are_refused_with_their_range(void **state)
 {
 	(void)state;
@@ -143,6 +166,7 @@ int main(void)
 		cmocka_unit_test(defaults_are_the_documented_ones),
 		cmocka_unit_test(every_key_parses_its_default_and_is_documented),
 		cmocka_unit_test(durations_accept_units_and_plain_numbers),
+		cmocka_unit_test(ledger_retention_keys),
 		cmocka_unit_test(bad_values_are_refused_with_their_range),
 		cmocka_unit_test(id_lists),
 		cmocka_unit_test(file_with_comments_and_an_error_line),
