@@ -29,6 +29,7 @@
 
 #include "client.h"
 #include "format.h"
+#include "image.h"
 #include "lb/cleanup.h"
 
 #define EXIT_USAGE	 2
@@ -48,7 +49,8 @@ struct opts {
 	long output_limit; /* 0: the daemon's default */
 	long limit;	   /* runs */
 	const char *image, *network, *cpu, *memory;
-	bool top_only; /* files: not recursive */
+	bool top_only;	  /* files: not recursive */
+	const char *name; /* image import --name */
 };
 
 static int64_t now_ms(void)
@@ -75,6 +77,11 @@ static void usage(FILE *f)
 	    "  cp NAME:PATH LOCAL               copy a file out (LOCAL '-' is standard output)\n"
 	    "  runs [NAME] [--limit N]          the run ledger, newest first\n"
 	    "  health                           can this host run sandboxes? (exit 1 when not)\n"
+	    "  image pull REF                   pull an image from its registry into lensboxd's store\n"
+	    "  image import FILE [--name NAME]  import an OCI layout (directory or tar) or docker save archive\n"
+	    "  image ls                         list images: names, digest, size, sandboxes using each\n"
+	    "  image inspect REF                show one image (REF: a name, sha256:DIGEST or a 12+ digit prefix)\n"
+	    "  image rm REF                     remove it (refused while a sandbox uses it)\n"
 	    "\n"
 	    "  --socket PATH   lensboxd's socket (default $LENSBOX_SOCKET or " LBC_DEFAULT_SOCKET ")\n"
 	    "  --json          print lensboxd's JSON answer instead of a table\n"
@@ -954,6 +961,7 @@ int main(int argc, char **argv)
 		OPT_CPU,
 		OPT_MEMORY,
 		OPT_TOP,
+		OPT_NAME,
 		OPT_VERSION
 	};
 	static const struct option options[] = {
@@ -969,6 +977,7 @@ int main(int argc, char **argv)
 		{ "cpu", required_argument, NULL, OPT_CPU },
 		{ "memory", required_argument, NULL, OPT_MEMORY },
 		{ "top", no_argument, NULL, OPT_TOP },
+		{ "name", required_argument, NULL, OPT_NAME },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -1019,6 +1028,9 @@ int main(int argc, char **argv)
 		case OPT_TOP:
 			o.top_only = true;
 			break;
+		case OPT_NAME:
+			o.name = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -1048,6 +1060,12 @@ int main(int argc, char **argv)
 		return usage_error("--limit belongs to `runs`, not `%s`", cmd);
 	if (o.top_only && strcmp(cmd, "files") != 0)
 		return usage_error("--top belongs to `files`, not `%s`", cmd);
+	if (o.name && strcmp(cmd, "image") != 0)
+		return usage_error("--name belongs to `image import`, not `%s`", cmd);
+	if (strcmp(cmd, "image") == 0) {
+		struct lbc_image_opts io = { .socket = o.socket, .json = o.json, .name = o.name };
+		return lbc_cmd_image(&io, n, args);
+	}
 
 	static const struct {
 		const char *name;
