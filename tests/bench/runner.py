@@ -2,7 +2,7 @@
 """Benchmark: starting a lensbox sandbox and running `python3 -c pass` in it, against the same python3 run bare on
 the host and under bubblewrap (`bwrap --unshare-all`), all in one run on this machine. Prints medians and ratios.
 
-  tests/bench/runner.py [--iterations N] [--rootfs DIR] [--build-dir DIR]
+  tests/bench/runner.py [--iterations N] [--rootfs DIR] [--build-dir DIR] [--compare-build-dir DIR]
 
 Measured, each as the wall time of one whole command seen from outside, median of N rounds that run every variant
 once in turn (so load from other work on a shared machine hits all of them alike):
@@ -15,6 +15,8 @@ once in turn (so load from other work on a shared machine hits all of them alike
             it is the marginal cost of an exec as lensboxd pays it
   library   the same two from the tool's own timing_us (start + exec + stop; the later execs), without the tool's
             process start-up and policy compilation, which lensboxd does once
+With --compare-build-dir, another build's lensbox-runner (e.g. the previous commit's) runs the same new and exec
+variants in the same rounds, so a change is measured before/after under the same load.
 Targets (issue 3): new < 1.3x bare, exec < 1.1x bare. Runs as root. Standard library only.
 """
 
@@ -49,12 +51,20 @@ def lensbox_timing(out):
             (t["start"] + t["exec"][0]) / 1000)
 
 
+def phases(out, into):
+    t = json.loads(out)["timing_us"]
+    into["start"].append(t["start"] / 1000)
+    into["exec1"].append(t["exec"][0] / 1000)
+    into["stop"].append(t["stop"] / 1000)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=20, help="rounds (each runs every variant once)")
     ap.add_argument("--repeat", type=int, default=20, help="K, execs per sandbox for the exec measurement")
     ap.add_argument("--rootfs")
     ap.add_argument("--build-dir", default=os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build")))
+    ap.add_argument("--compare-build-dir", help="another build whose lensbox-runner runs alongside (before/after)")
     args = ap.parse_args()
 
     if args.rootfs:
@@ -63,8 +73,10 @@ def main():
         from lensbox_testlib.runner import rootfs as default_rootfs
         rootfs = default_rootfs()
     runner = os.path.join(args.build_dir, "runner", "lensbox-runner")
-    if not os.access(runner, os.X_OK):
-        raise SystemExit(f"{runner} not built")
+    other = os.path.join(args.compare_build_dir, "runner", "lensbox-runner") if args.compare_build_dir else None
+    for r in (runner, other):
+        if r and not os.access(r, os.X_OK):
+            raise SystemExit(f"{r} not built")
     bwrap = shutil.which("bwrap")
     if not bwrap:
         raise SystemExit("bwrap not installed (scripts/install-deps)")
@@ -76,6 +88,11 @@ def main():
         lensbox = [runner, "--rootfs", rootfs, "--storage", storage, "--policy", policy, "--run-dir",
                    os.path.join(base, "run"), "--name", f"bench-{os.getpid()}", "--keep"]
         timed(lensbox + ["--", "true"])  # creates the storage image once (mke2fs), like a first conversation
+        # The other build gets its own storage and name (never the same image twice at once).
+        lensbox_o = [other, "--rootfs", rootfs, "--storage", storage + "-o", "--policy", policy, "--run-dir",
+                     os.path.join(base, "run"), "--name", f"bench-{os.getpid()}-o", "--keep"] if other else None
+        if other:
+            timed(lensbox_o + ["--", "true"])
 
         # Interleaved: one of each per round, so a busy shared machine slows every variant alike.
         k = args.repeat
@@ -87,10 +104,15 @@ def main():
             "new": lensbox + ["--", "python3", "-c", "pass"],
             "many": lensbox + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"],
         }
+        if other:
+            cmds["new_o"] = lensbox_o + ["--", "python3", "-c", "pass"]
+            cmds["many_o"] = lensbox_o + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"]
         for cmd in cmds.values():  # warm-up
             timed(cmd)
         wall = {name: [] for name in cmds}
         new_lib, exec_lib, first_lib = [], [], []
+        lib_o = {"new": [], "first": [], "exec": [], "start": [], "exec1": [], "stop": []}
+        lib_t = {"start": [], "exec1": [], "stop": []}
         for _ in range(n):
             for name, cmd in cmds.items():
                 dt, out = timed(cmd)
@@ -98,6 +120,13 @@ def main():
                 if name == "new":
                     new_lib.append(lensbox_timing(out)[0])
                     first_lib.append(lensbox_timing(out)[2])
+                    phases(out, lib_t)
+                elif name == "new_o":
+                    lib_o["new"].append(lensbox_timing(out)[0])
+                    lib_o["first"].append(lensbox_timing(out)[2])
+                    phases(out, lib_o)
+                elif name == "many_o":
+                    lib_o["exec"] += lensbox_timing(out)[1]
                 elif name == "many":
                     exec_lib += lensbox_timing(out)[1]
         med = {name: statistics.median(v) for name, v in wall.items()}
@@ -119,6 +148,22 @@ def main():
               "(start + exec: what a new conversation waits for; lensboxd stops sandboxes later)")
         print(f"  lensbox exec, tool marginal    {exec_ms:8.2f}   ratio {exec_ms / bare:5.2f}x bare   (target < 1.10x)")
         print(f"  lensbox exec, library          {exec_lib:8.2f}   ratio {exec_lib / bare:5.2f}x bare")
+        m = statistics.median
+        print(f"  phases (library, new sandbox)  start {m(lib_t['start']):.2f}  first exec {m(lib_t['exec1']):.2f}  "
+              f"stop {m(lib_t['stop']):.2f}")
+        if other:
+            exec_o = (med["many_o"] - med["new_o"]) / k
+            print(f"compared with {other} (same rounds):")
+            print(f"  new sandbox, tool      {med['new_o']:8.2f}   ratio {med['new_o'] / bare:5.2f}x bare   "
+                  f"(this build {new / med['new_o']:5.2f}x of it)")
+            print(f"  new sandbox, library   {m(lib_o['new']):8.2f}   ratio {m(lib_o['new']) / bare:5.2f}x bare   "
+                  f"(this build {new_lib / m(lib_o['new']):5.2f}x of it)")
+            print(f"  first result, library  {m(lib_o['first']):8.2f}   ratio {m(lib_o['first']) / bare:5.2f}x bare   "
+                  f"(this build {first_lib / m(lib_o['first']):5.2f}x of it)")
+            print(f"  exec, tool marginal    {exec_o:8.2f}   ratio {exec_o / bare:5.2f}x bare")
+            print(f"  exec, library          {m(lib_o['exec']):8.2f}   ratio {m(lib_o['exec']) / bare:5.2f}x bare")
+            print(f"  phases (library)       start {m(lib_o['start']):.2f}  first exec {m(lib_o['exec1']):.2f}  "
+                  f"stop {m(lib_o['stop']):.2f}")
         print(json.dumps({"bare_ms": round(bare, 3), "chroot_ms": round(chroot, 3), "bwrap_ms": round(bw, 3),
                           "new_ms": round(new, 3),
                           "new_library_ms": round(new_lib, 3), "first_result_library_ms": round(first_lib, 3),
