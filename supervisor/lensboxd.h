@@ -61,6 +61,7 @@ struct lbd {
 	uint64_t gc_last_mono;
 
 	struct lb_net *net; /* NULL when networking is off or failed to start: only network "off" runs */
+	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
 	int64_t started_at_ms;
 
@@ -214,6 +215,10 @@ void lbd_network_stop(struct lbd *d);
  * warning when it had to. The timer calls it every LBD_NETWORK_VERIFY_MS (or every tick when that is longer). */
 #define LBD_NETWORK_VERIFY_MS 2000
 void lbd_network_verify(struct lbd *d);
+/* lb_net_attach / lb_net_detach under net_mu, so the timer's repair never runs while a sandbox's network is being
+ * set up or torn down (it would take a half-removed sandbox for a flushed one and load its rules again). */
+int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, const char *tier, struct lb_error *err);
+int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err);
 /* Why sandboxes of tier `network` cannot start here, or NULL. */
 const char *lbd_network_unavailable(const struct lbd *d, const char *network);
 

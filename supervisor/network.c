@@ -4,7 +4,8 @@
  * Runs in lensboxd (root) in the host's network namespace, at start-up and shutdown (single-threaded then). The
  * per-sandbox work (attach after start, detach before stop, blocked-packet counters around a run) is done where
  * the sandbox's turn is held, in sandboxes.c and api_runs.c; netfilter/ serialises its own state. The timer thread
- * calls lbd_network_verify() every LBD_NETWORK_VERIFY_MS, so a flushed ruleset is put back within seconds.
+ * calls lbd_network_verify() every LBD_NETWORK_VERIFY_MS, so a flushed ruleset is put back within seconds; net_mu keeps
+ * that repair from running in the middle of an attach or detach (it would reload a dying sandbox's rules).
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 void lbd_network_start(struct lbd *d)
 {
+	pthread_mutex_init(&d->net_mu, NULL);
 	if (!d->cfg.networking) {
 		snprintf(d->net_error, sizeof(d->net_error),
 			 "networking is off in lensboxd's configuration (networking = off)");
@@ -51,13 +53,32 @@ void lbd_network_stop(struct lbd *d)
 	d->net = NULL;
 }
 
+int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, const char *tier, struct lb_error *err)
+{
+	pthread_mutex_lock(&d->net_mu);
+	int r = lb_net_attach(d->net, name, netns_fd, tier, NULL, err);
+	pthread_mutex_unlock(&d->net_mu);
+	return r;
+}
+
+int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err)
+{
+	pthread_mutex_lock(&d->net_mu);
+	int r = lb_net_detach(d->net, name, err);
+	pthread_mutex_unlock(&d->net_mu);
+	return r;
+}
+
 void lbd_network_verify(struct lbd *d)
 {
 	if (!d->net)
 		return;
 	unsigned repaired = 0;
 	struct lb_error err = { 0 };
-	if (lb_net_verify(d->net, &repaired, &err) < 0) {
+	pthread_mutex_lock(&d->net_mu);
+	int r = lb_net_verify(d->net, &repaired, &err);
+	pthread_mutex_unlock(&d->net_mu);
+	if (r < 0) {
 		lb_error(NULL, "verifying lensbox's nftables table failed (affected sandboxes stay offline): %s",
 			 err.msg);
 		return;

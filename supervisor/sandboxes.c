@@ -220,7 +220,7 @@ static int stop_locked(struct lbd *d, struct lbd_sandbox *sb, const char *why)
 	uint64_t t0 = lbd_mono_ms();
 	if (d->net) {
 		struct lb_error nerr = { 0 };
-		int nr = lb_net_detach(d->net, sb->name, &nerr);
+		int nr = lbd_network_detach(d, sb->name, &nerr);
 		if (nr < 0 && nr != -ENOENT) {
 			char nf[700];
 			log_fields(nf, sizeof(nf), sb->name, "error=\"%s\"", nerr.msg);
@@ -414,7 +414,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		int nsfd = lb_sandbox_netns_fd(live);
 		struct lb_error nerr = { 0 };
 		r = nsfd < 0 ? lb_error_set(&nerr, nsfd, "opening the sandbox's network namespace")
-			     : lb_net_attach(d->net, sb->name, nsfd, row->spec.network, NULL, &nerr);
+			     : lbd_network_attach(d, sb->name, nsfd, row->spec.network, &nerr);
 		if (nsfd >= 0)
 			close(nsfd);
 		if (r < 0) {
