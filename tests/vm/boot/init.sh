@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=dash
 # init.sh — first stage of the VM lane guest, /init of the initramfs; runs as PID 1 (root) inside the QEMU guest.
 #
 # Loads the modules run-vm listed (in dependency order), mounts the read-only payload disk and builds the real
@@ -33,5 +34,6 @@ mkdir -p /newroot/lib/modules
 cp /modules/* /newroot/lib/modules/
 umount /proc /sys
 mount --move /dev /newroot/dev
+# shellcheck disable=SC2093 # exec only returns when switch_root failed
 exec switch_root /newroot /bin/sh /lensbox-vm/stage2.sh
 fail "switch_root"

@@ -10,6 +10,7 @@
 # Invariant: whatever happens, the last thing is a result marker (or none, which the host treats as failure)
 # followed by power-off.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# shellcheck disable=SC3040 # busybox ash has pipefail
 set -o pipefail
 result() {
 	echo "$1" >/results/rc
@@ -36,7 +37,7 @@ ip link set lo up 2>/dev/null
 cg=/sys/fs/cgroup
 mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 $cg || result 5
 for c in $(cat $cg/cgroup.controllers); do echo "+$c" >$cg/cgroup.subtree_control || result 5; done
-mkdir $cg/init.scope && echo $$ >$cg/init.scope/cgroup.procs || result 5
+{ mkdir $cg/init.scope && echo $$ >$cg/init.scope/cgroup.procs; } || result 5
 {
 	echo "kernel $(uname -r)"
 	echo "controllers $(cat $cg/cgroup.controllers)"

@@ -7,11 +7,8 @@ says why; a test copy that allows a degraded level runs and reports the ABI it e
 and what it cannot (TCP rules arrive with ABI 4).
 Each test checks that its sandboxes left no mount, loop device or cgroup behind.
 """
-import errno
-import json
 import os
 import re
-import shutil
 import sys
 
 import pytest
