@@ -82,6 +82,20 @@ def test_network_blocked_counts_the_runs_own_refusals(env):
     assert d.client().runs(name, limit=1)[0].network_blocked == 1
 
 
+def test_network_blocked_counts_relay_and_resolver_refusals(env):
+    """`packages`: a TLS name off the list is reset by the relay, a name off the list gets NXDOMAIN from the
+    resolver; each counts once."""
+    w, d = env
+    ca = open(w.ca).read()
+    ops = [{"op": "http", "host": nw.REGISTRY_IP, "port": 443, "tls": True, "sni": nw.NEIGHBOUR, "ca": "/tmp/ca.pem"},
+           {"op": "resolve", "name": nw.SITE}]
+    src = f"open('/tmp/ca.pem', 'w').write({ca!r})\n" + program(ops)
+    run = d.ok_run(d.name("pkg"), src, sandbox={"network": "packages"})
+    assert errors(run) == ["ECONNRESET", "EAI_NONAME"], run
+    assert run["network_blocked"] == 2, run
+    assert ledger_row(d, run["id"])["network_blocked"] == 2
+
+
 def test_network_blocked_is_zero_for_off(env):
     w, d = env
     run = d.ok_run(d.name("off"), program([SITE]))
