@@ -12,7 +12,8 @@
  *
  * One image must never be mounted twice (two ext4 mounts of one image corrupt it): a running sandbox holds an
  * exclusive flock on <storage>/lock for its whole life (released by the kernel if its process dies), and a start
- * also refuses an image a loop device still holds (a crashed sandbox's leftover mount).
+ * also refuses an image a loop device still holds (a crashed sandbox's leftover mount). Stop detaches the mount and
+ * leaves its shutdown (the flushes to the host's disk) to a background flusher that shares the lock until it is done.
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -27,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <linux/loop.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -36,6 +38,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -254,15 +257,50 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 	return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
 }
 
-int lb_disk_umount(const char *storage, const char *mountpoint, struct lb_error *err)
+/* The flusher: a grandchild of the caller (its parent exits at once, so nobody has to reap it) that holds the last
+ * reference to the detached filesystem and the storage lock. Closing the mount's fd shuts the filesystem down in this
+ * process (journal commit, superblock, flush through the loop device to the host's disk, loop autoclear); only then
+ * is the lock released. It runs raw syscalls only (forked from a possibly multithreaded caller) and holds no other
+ * descriptor of the caller (the caller's stdout may be a pipe someone waits on). */
+static _Noreturn void flusher_main(int mnt_fd, int lock_fd)
 {
-	if (umount2(mountpoint, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
-		if (errno != EBUSY || umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
-			return lb_error_set(err, errno, "unmounting %s", mountpoint);
+	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+	if (pid != 0)
+		_exit(pid < 0 ? 1 : 0); /* the intermediate child; on failure its exit below does the same work */
+	int lo = mnt_fd < lock_fd ? mnt_fd : lock_fd, hi = mnt_fd < lock_fd ? lock_fd : mnt_fd;
+	if (lo > 0)
+		syscall(SYS_close_range, 0u, (unsigned)lo - 1, 0u);
+	if (hi > lo + 1)
+		syscall(SYS_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0u);
+	syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
+	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
+	close(lock_fd);
+	_exit(0);
+}
+
+int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err)
+{
+	/* A reference to the mount that outlives its detach: whoever closes it last shuts the filesystem down. */
+	int mnt_fd = open(mountpoint, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
+		int e = errno;
+		if (mnt_fd >= 0)
+			close(mnt_fd);
+		return lb_error_set(err, e, "unmounting %s", mountpoint);
 	}
 	(void)rmdir(mountpoint);
-	/* The loop device detaches itself once the last mount in any namespace is gone; whoever attaches or removes
-	 * the image next waits for that (lb_disk_wait_released), so stop does not. */
-	(void)storage;
+	if (mnt_fd < 0)
+		return 0; /* nothing was mounted there */
+	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
+	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
+	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. Without a
+	 * lock to hand over, or if the fork fails, the caller does the shutdown itself. */
+	pid_t pid = lock_fd >= 0 ? (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) : -1;
+	if (pid == 0)
+		flusher_main(mnt_fd, lock_fd);
+	if (pid > 0)
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	close(mnt_fd);
 	return 0;
 }

@@ -49,8 +49,10 @@ struct lb_sandbox {
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
-/* Unmounts mountpoint; the loop device detaches itself shortly after (see lb_disk_wait_released). */
-int lb_disk_umount(const char *storage, const char *mountpoint, struct lb_error *err);
+/* Detaches the storage mount at mountpoint at once; the filesystem's shutdown (journal commit, flush to the host's
+ * disk) and then the loop device's release happen in a background flusher process that holds the storage lock
+ * (lock_fd, shared with it) until they are done. lock_fd < 0: the caller shuts it down itself. */
+int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until no loop device has storage/disk.img attached; -EBUSY if one still has. */

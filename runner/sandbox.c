@@ -240,7 +240,7 @@ static void sandbox_free(struct lb_sandbox *sb)
 	if (sb->landlock_fd >= 0)
 		close(sb->landlock_fd);
 	if (sb->storage_lock >= 0)
-		close(sb->storage_lock); /* after teardown unmounted the storage: the next start may take it */
+		close(sb->storage_lock); /* a flusher may share it until the storage is shut down (disk.c) */
 	lb_cg_free(sb->cg);
 	free(sb->path_env);
 	if (sb->image_env)
@@ -250,8 +250,9 @@ static void sandbox_free(struct lb_sandbox *sb)
 	free(sb);
 }
 
-/* Kills init, its cgroup, unmounts root and storage. Used by stop and by a failed start. */
-static int teardown(struct lb_sandbox *sb, const char *storage, bool have_disk, bool have_root, struct lb_error *err)
+/* Kills init, its cgroup, unmounts root and storage (the storage's flush continues in the background, disk.c).
+ * Used by stop and by a failed start. */
+static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
 {
 	int first = 0;
 	struct lb_error e2;
@@ -282,7 +283,7 @@ static int teardown(struct lb_sandbox *sb, const char *storage, bool have_disk, 
 	}
 	if (have_disk) {
 		lb_error_clear(&e2);
-		int r = lb_disk_umount(storage, sb->storage_mnt, &e2);
+		int r = lb_disk_umount(sb->storage_mnt, sb->storage_lock, &e2);
 		if (r < 0 && first == 0) {
 			first = r;
 			if (err)
@@ -549,7 +550,7 @@ fail:
 		waitpid(pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(plan);
-	teardown(sb, spec->storage, have_disk, have_root, NULL);
+	teardown(sb, have_disk, have_root, NULL);
 	sandbox_free(sb);
 	return r;
 }
@@ -594,7 +595,7 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
 {
 	if (!sb)
 		return 0;
-	int r = teardown(sb, sb->storage, true, true, err);
+	int r = teardown(sb, true, true, err);
 	if (r < 0)
 		lb_error_wrap(err, "stopping sandbox %s", sb->name);
 	sandbox_free(sb);

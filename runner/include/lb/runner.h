@@ -121,8 +121,10 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 void lb_exec_result_free(struct lb_exec_result *r);
 
 /* Kills everything in the sandbox and releases namespaces, mounts, loop device and cgroups; storage stays.
- * Frees sb whatever happens. The loop device detaches asynchronously a moment later; start and
- * lb_sandbox_destroy_storage wait for it. */
+ * Frees sb whatever happens. When it returns nothing of the sandbox runs and none of its mounts is visible; the
+ * storage's shutdown (journal commit and flush to the host's disk) and the loop device's release finish a moment
+ * later in a background flusher that holds the storage lock until then; start and lb_sandbox_destroy_storage wait
+ * for it. */
 int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err);
 
 /* Removes the storage of a stopped sandbox (-EBUSY if its image is still attached after 2 s). */
