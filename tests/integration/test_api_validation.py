@@ -248,7 +248,8 @@ def test_health_says_when_the_default_image_is_missing(tmp_path):
         status, b = d.request("GET", "/v1/health")
         assert status == 200
         assert b["default_image"]["available"] is False and b["default_image"]["digest"] is None
-        assert "lensbox-image import" in b["default_image"]["why_not"]
+        assert "lensbox image pull python:3.12-slim" in b["default_image"]["why_not"]
+        assert "lensbox image import ARCHIVE --name python:3.12-slim" in b["default_image"]["why_not"]
         status, r = d.run(d.name("x"), "print(1)")
         assert status == 503 and r["error"]["code"] == "image_unavailable"
         assert d.request("GET", f"/v1/sandboxes/{d.name('x')}")[0] == 404
