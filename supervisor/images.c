@@ -8,7 +8,8 @@
  * and imports take minutes: each opens a handle of its own and runs without images_mu, as separate processes may
  * (the library's store is safe across processes: blobs are locked while downloaded, images appear by rename(2)),
  * so a pull never delays a lookup, a listing or another sandbox's start. Two pulls of one reference at once are
- * folded into one: the second waits for the first (d->pulls, under images_mu) and then looks the image up.
+ * folded into one: the second waits for the first (d->pulls, under images_mu), then answers with the image the first
+ * pulled (or, when the first failed, tries itself).
  *
  * In use. A sandbox uses an image when its recorded digest is that image's manifest or config digest, or when its
  * spec's image name points at that image now (a sandbox recorded but not yet started has no digest, and the next
@@ -118,13 +119,31 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 	struct lbd_pull me = { .done = false };
 	snprintf(me.ref, sizeof(me.ref), "%s", parsed.full);
 	pthread_mutex_lock(&d->images_mu);
+	bool waited = false;
 	for (;;) {
 		struct lbd_pull *p = d->pulls;
 		while (p && strcmp(p->ref, me.ref) != 0)
 			p = p->next;
 		if (!p)
 			break;
+		waited = true;
 		pthread_cond_wait(&d->pulls_cv, &d->images_mu);
+	}
+	if (waited) {
+		/* The pull waited for succeeded when the reference is there now: answer with it, pulling nothing. A
+		 * failed one left nothing, and this pull tries again. */
+		struct lb_image_info *info = NULL;
+		if (lb_image_inspect(d->images, me.ref, &info, NULL) == 0) {
+			touch_locked(d, info->config_digest);
+			pthread_mutex_unlock(&d->images_mu);
+			if (ret_ms)
+				*ret_ms = lbd_mono_ms() - t0;
+			if (ret_info)
+				*ret_info = info;
+			else
+				lb_image_info_free(info);
+			return 0;
+		}
 	}
 	me.next = d->pulls;
 	d->pulls = &me;

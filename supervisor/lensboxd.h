@@ -110,7 +110,7 @@ void lbd_image_release(struct lbd_image *img);
 bool lbd_image_ref_valid(const char *ref);
 
 /* Pulls ref with the config's registry settings, on a store handle of its own (never holding images_mu while
- * downloading); a pull of the same reference in progress is waited for, not repeated. *ret_info (may be NULL) is
+ * downloading); a pull of the same reference in progress is waited for, not repeated (unless it failed). *ret_info (may be NULL) is
  * the caller's (lb_image_info_free); *ret_ms (may be NULL) the duration. Errors as lb_image_pull(). */
 int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_info, uint64_t *ret_ms,
 		   struct lb_error *err);
