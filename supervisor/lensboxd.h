@@ -60,7 +60,7 @@ struct lbd {
 	struct lbd_pull *pulls;
 	uint64_t gc_last_mono;
 
-	struct lb_net *net; /* NULL when networking is off or failed to start: only network "off" runs */
+	struct lb_net *net;	/* NULL when networking is off or failed to start: only network "off" runs */
 	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
 	int64_t started_at_ms;
@@ -110,8 +110,8 @@ void lbd_image_release(struct lbd_image *img);
 bool lbd_image_ref_valid(const char *ref);
 
 /* Pulls ref with the config's registry settings, on a store handle of its own (never holding images_mu while
- * downloading); a pull of the same reference in progress is waited for, not repeated (unless it failed). *ret_info (may be NULL) is
- * the caller's (lb_image_info_free); *ret_ms (may be NULL) the duration. Errors as lb_image_pull(). */
+ * downloading); a pull of the same reference in progress is waited for, not repeated (unless it failed). *ret_info (may
+ * be NULL) is the caller's (lb_image_info_free); *ret_ms (may be NULL) the duration. Errors as lb_image_pull(). */
 int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_info, uint64_t *ret_ms,
 		   struct lb_error *err);
 /* Imports path (validated by the caller) under name (may be NULL) as lb_image_import() does, on its own handle. */
