@@ -71,6 +71,8 @@ def dump_state():
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            if not cmdline:
+                continue  # a kernel thread
             with open(f"/proc/{pid}/stack") as f:
                 stack = f.read()
             with open(f"/proc/{pid}/cgroup") as f:
