@@ -146,6 +146,8 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 		}
 	}
 	me.next = d->pulls;
+	/* The slot lives on this stack frame: it is unlinked below, under images_mu, before this function returns. */
+	/* cppcheck-suppress autoVariables */
 	d->pulls = &me;
 	pthread_mutex_unlock(&d->images_mu);
 

@@ -90,7 +90,7 @@ static int request(const struct lbc_image_opts *o, const char *method, const cha
 	}
 	if (o->json) {
 		fwrite(res.body ? res.body : "", 1, res.len, stdout);
-		if (!res.len || res.body[res.len - 1] != '\n')
+		if (!res.body || !res.len || res.body[res.len - 1] != '\n')
 			fputc('\n', stdout);
 		lbc_response_free(&res);
 		*ret_handled = true;
