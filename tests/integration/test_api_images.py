@@ -158,6 +158,24 @@ def test_import_refusals(tmp_path):
         assert status == 200 and body["image"]["pinned"], body
 
 
+def test_import_refuses_hostile_archives(tmp_path):
+    """The library's refusals reach the API as 422 invalid_image with its reason; nothing is left in the store."""
+    escape = tmp_path / "escape"
+    oci.write_layout(str(escape), [tar_layer([f("usr/bin/python3", b"", 0o755), f("../../outside", b"x")])])
+    shadow = tmp_path / "shadow"
+    oci.write_layout(str(shadow), [tar_layer([f("usr/bin/python3", b"", 0o755), oci.hard("shadow", "/etc/shadow")])])
+    links = os.stat("/etc/shadow").st_nlink
+    with Daemon(images_dir=store_dir(tmp_path)) as d:
+        msg = err(import_(d, escape, "lbtest/escape:1"), 422, "invalid_image")
+        assert "escapes the root" in msg, msg
+        msg = err(import_(d, shadow, "lbtest/shadow:1"), 422, "invalid_image")
+        assert "hard link" in msg, msg
+        assert images(d) == {}
+        assert os.listdir(os.path.join(d.images, "images")) == []
+    assert os.stat("/etc/shadow").st_nlink == links
+    assert not os.path.exists(tmp_path / "outside")
+
+
 def test_import_needs_a_root_peer(tmp_path):
     """A peer the socket lets in (group nogroup) but that is not root may not name a path for root to read."""
     lay = tmp_path / "lay"
