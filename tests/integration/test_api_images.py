@@ -24,7 +24,7 @@ from lensbox_testlib import oci  # noqa: E402
 from lensbox_testlib.images import default_image_archive  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
 from lensbox_testlib.oci import f, tar_layer  # noqa: E402
-from test_image_pull import Registry, push  # noqa: E402  (docker-registry on loopback, skopeo push)
+from test_image_pull import Front, Registry, push  # noqa: E402  (registries on loopback, skopeo push)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -240,6 +240,49 @@ def test_pull_through_the_api(registry, tmp_path):
         msg = err(d.request("POST", "/v1/images/pull", {"ref": f"{registry.host}/lbtest/pull:1"}, timeout=120),
                   502, "registry_error")
         assert registry.host in msg, msg
+
+
+def test_concurrent_pulls_of_one_reference_download_once(tmp_path):
+    """Three clients pull one reference while a slow registry (a front written in test_image_pull, dribbling blobs
+    out) is still sending it: lensboxd downloads it once, the others wait and get the same image, and health,
+    listings and inspects answer meanwhile."""
+    lay = tmp_path / "lay"
+    layer = tar_layer([f("usr/bin/python3", b"", 0o755), f("bin/bash", b"", 0o755), f("big", os.urandom(1 << 20))])
+    digests = oci.write_layout(str(lay), [layer], ref_name="1")
+    front = Front(str(lay), "127.0.0.1", auth=False, slow=True)
+    try:
+        with Daemon(images_dir=store_dir(tmp_path), settings={"insecure_registries": front.host}) as d:
+            ref = f"{front.host}/lbtest/slow:1"
+            results = []
+
+            def one():
+                results.append(d.request("POST", "/v1/images/pull", {"ref": ref}, timeout=600))
+
+            threads = [threading.Thread(target=one) for _ in range(3)]
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            answered = []
+            while any(t.is_alive() for t in threads):
+                t1 = time.monotonic()
+                assert d.request("GET", "/v1/health", timeout=10)[0] == 200
+                assert d.request("GET", "/v1/images", timeout=10)[0] == 200
+                answered.append(time.monotonic() - t1)
+                time.sleep(0.05)
+            pull_s = time.monotonic() - t0
+            for t in threads:
+                t.join()
+            assert [st for st, _ in results] == [200] * 3, results
+            assert {b["image"]["digest"] for _, b in results} == {digests["config"]}
+            assert pull_s > 0.5, f"the front did not slow the pull ({pull_s:.2f} s): the overlap is not tested"
+            assert answered and max(answered) < 1.0, answered
+            big = digests["layers"][0]
+            assert sum(1 for path, _ in front.requests if path.endswith("/blobs/" + big)) == 1, front.requests
+            log = [ln for ln in d.read_log().splitlines() if f"image={ref}" in ln]
+            assert sum('msg="pulling the image"' in ln for ln in log) == 1, log
+            assert sum('msg="image pulled"' in ln for ln in log) == 1, log
+    finally:
+        front.shutdown()
 
 
 def test_run_pulls_a_missing_image_first(registry_with_python, tmp_path):
