@@ -237,10 +237,8 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 {
 	char img[PATH_MAX], dev[64];
 	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
-	/* Mounting one ext4 image twice would corrupt it: refuse while a loop device still holds it. A sandbox
-	 * stopped a moment ago may still be releasing it (the loop device detaches asynchronously): wait a little. */
-	if (lb_disk_wait_released(storage, 2000) < 0 && lb_disk_find_loop(storage, dev, sizeof(dev)) == 0)
-		return lb_error_setx(err, EBUSY, "%s is still attached to %s (is the sandbox running?)", img, dev);
+	/* Mounting one ext4 image twice would corrupt it: the caller holds the storage lock and has just checked
+	 * (lb_disk_wait_released, under that lock) that no loop device holds the image. */
 	_cleanup_close_ int imgfd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (imgfd < 0)
 		return lb_error_set(err, errno, "opening %s", img);

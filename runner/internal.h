@@ -48,6 +48,8 @@ struct lb_sandbox {
 /* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
+/* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
+ * loop device holds the image (lb_disk_wait_released): one scan of /sys/block per start, not two. */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
 /* Detaches the storage mount at mountpoint at once; the filesystem's shutdown (journal commit, flush to the host's
  * disk) and then the loop device's release happen in a background flusher process that holds the storage lock
