@@ -83,16 +83,20 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 		return;
 	}
 	/* Only an image or network the request names can replace an existing sandbox; left out, they are the
-	 * defaults for a new one and leave an existing one alone. */
-	struct lbd_image img;
+	 * defaults for a new one and leave an existing one alone. A named image must be here (pulled first when the
+	 * config allows); the default image of a new sandbox is checked (and pulled) by lbd_sandbox_ensure(), and an
+	 * existing sandbox is never refused because the default image is missing. */
 	struct lb_error err = { 0 };
 	struct lbd_image_pulled pulled = { 0 };
-	if (lbd_image_get(d, spec.spec.image, true, false, &img, &pulled, &err) < 0) {
-		lbd_res_error(res, 503, "image_unavailable", "The image %s is not available here: %s", spec.spec.image,
-			      err.msg);
-		return;
+	if (spec.has_image) {
+		struct lbd_image img;
+		if (lbd_image_get(d, spec.spec.image, true, false, &img, &pulled, &err) < 0) {
+			lbd_res_error(res, 503, "image_unavailable", "The image %s is not available here: %s",
+				      spec.spec.image, err.msg);
+			return;
+		}
+		lbd_image_release(&img);
 	}
-	lbd_image_release(&img);
 	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
 	if (!sb) {
 		lbd_res_error(res, 500, "internal", "Out of memory.");

@@ -287,7 +287,8 @@ def test_concurrent_pulls_of_one_reference_download_once(tmp_path):
 
 def test_run_pulls_a_missing_image_first(registry_with_python, tmp_path):
     ref = f"{registry_with_python.host}/python:3.12-slim"
-    settings = {"insecure_registries": registry_with_python.host, "pull_missing_images": "on"}
+    # the default image is the loopback registry's too: nothing here may reach for docker.io
+    settings = {"insecure_registries": registry_with_python.host, "pull_missing_images": "on", "default_image": ref}
     with Daemon(images_dir=store_dir(tmp_path), settings=settings) as d:
         name = d.name("pulled")
         status, body = d.run(name, "print(6 * 7)", sandbox={"image": ref}, timeout=600)
@@ -297,6 +298,16 @@ def test_run_pulls_a_missing_image_first(registry_with_python, tmp_path):
         again = d.ok_run(name, "print(1)")
         assert again["image_pulled"] is False and "image_pull_ms" not in again
         assert images(d)[ref]["in_use"] == 1
+
+        # PUT pulls a missing image too (and does not start the sandbox)
+        tiny_layout(tmp_path / "tiny", "put")
+        push(f"oci:{tmp_path / 'tiny'}:1", f"{registry_with_python.host}/lbtest/put:1")
+        status, body = d.request("PUT", f"/v1/sandboxes/{d.name('put')}",
+                                 {"image": f"{registry_with_python.host}/lbtest/put:1"}, timeout=600)
+        assert status == 201 and body["image_pulled"] is True and body["image_pull_ms"] >= 0, body
+        assert body["sandbox"]["state"] == "stopped", body
+        status, body = d.request("PUT", f"/v1/sandboxes/{d.name('put')}", {})
+        assert status == 200 and body["image_pulled"] is False and "image_pull_ms" not in body, body
 
         # pulling allowed but the registry has no such image: the reason, the reference, nothing created
         missing = f"{registry_with_python.host}/python:nosuch"
