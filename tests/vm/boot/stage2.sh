@@ -2,7 +2,8 @@
 # stage2.sh — second stage of the VM lane guest: PID 1 (root) on the overlay root that init.sh switched to.
 #
 # Sets the guest up the way a systemd host runs lensboxd, then runs the selected tests and reports:
-#   - proc, sysfs, devpts, /dev/shm, tmpfs on /run (/tmp is the overlay root's); cgroup2 on /sys/fs/cgroup with systemd's options;
+#   - proc, sysfs, devpts, /dev/shm, tmpfs on /run and /tmp (carried /tmp paths bound back); cgroup2 on
+#     /sys/fs/cgroup with systemd's options;
 #   - every available controller enabled in the root's subtree_control, PID 1 in init.scope; launch.py makes
 #     the rest of the systemd-like layout (the tests' scope and the delegated lensbox.service, see there);
 #   - runs /lensbox-vm/launch.py (pytest with the host's selection) with output on the console and on the
@@ -26,10 +27,19 @@ mount -t sysfs sysfs /sys
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
-# /tmp stays on the writable overlay root (no tmpfs over it): CI may clone the source tree under /tmp, and the
-# tree is carried at its host path.
-mkdir -p /tmp && chmod 1777 /tmp
 mount -t tmpfs -o mode=0755 run /run
+# /tmp is a tmpfs, as on the hosts lensbox runs on (overlayfs has no O_TMPFILE before 6.6, and lensboxd stages
+# downloads with it). Whatever run-vm carried under /tmp (CI may clone the source tree there) stays visible at its
+# host path: each entry of the overlay's /tmp is bind-mounted back onto the tmpfs.
+mkdir -p /run/overlay-tmp
+mount --bind /tmp /run/overlay-tmp
+mount -t tmpfs -o mode=1777 tmp /tmp
+for e in /run/overlay-tmp/* /run/overlay-tmp/.[!.]*; do
+	[ -e "$e" ] || continue
+	n=${e##*/}
+	if [ -d "$e" ]; then mkdir "/tmp/$n"; else touch "/tmp/$n"; fi
+	mount --bind "$e" "/tmp/$n"
+done
 mount -t ext4 /dev/vdb /results || { echo "LENSBOX-VM-STAGE2-FAILED: results disk"; poweroff -f; }
 hostname lensbox-vm
 ip link set lo up 2>/dev/null
