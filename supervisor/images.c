@@ -32,7 +32,6 @@
 /* A pull in progress: later pulls of the same canonical reference wait for it. Under images_mu. */
 struct lbd_pull {
 	char ref[730];
-	bool done;
 	struct lbd_pull *next;
 };
 
@@ -109,6 +108,8 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 {
 	if (!lbd_image_ref_valid(ref))
 		return lb_error_setx(err, EINVAL, "`%s` is not a valid image reference", ref);
+	if (!d->images)
+		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
 	struct lb_image_ref parsed;
 	int r = lb_image_ref_parse(ref, &parsed, err);
 	if (r < 0)
@@ -116,7 +117,7 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 	uint64_t t0 = lbd_mono_ms();
 
 	/* One pull per reference at a time: wait for one in progress, then take the slot. */
-	struct lbd_pull me = { .done = false };
+	struct lbd_pull me = { .next = NULL };
 	snprintf(me.ref, sizeof(me.ref), "%s", parsed.full);
 	pthread_mutex_lock(&d->images_mu);
 	bool waited = false;
@@ -203,6 +204,8 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 int lbd_image_import(struct lbd *d, const char *path, const char *name, struct lb_image_info **ret_info,
 		     struct lb_error *err)
 {
+	if (!d->images)
+		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
 	struct lb_images *own = NULL;
 	struct lb_image_info *info = NULL;
 	int r = lb_images_open(d->cfg.images_dir, NULL, &own, err);
@@ -369,6 +372,8 @@ int lbd_image_remove(struct lbd *d, const char *ref, size_t *ret_users, struct l
 {
 	if (!lbd_image_ref_valid(ref))
 		return lb_error_setx(err, EINVAL, "`%s` is not a valid image reference", ref);
+	if (!d->images)
+		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
 	pthread_mutex_lock(&d->images_mu);
 	struct lb_image_info *info = NULL;
 	struct lbd_image_usage u = { 0 };
