@@ -140,19 +140,23 @@ int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err)
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return lb_error_set(err, errno, "opening %s", path);
-	for (int waited = 0;; waited++) {
+	/* A just-stopped sandbox's flusher holds the lock for the few ms of its storage's shutdown: look every 100 us
+	 * for the first 50 ms (a restart should not lose a millisecond per look), then every ms. */
+	for (long waited_us = 0;;) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
 			return fd;
 		if (errno != EWOULDBLOCK && errno != EINTR) {
 			r = lb_error_set(err, errno, "locking %s", path);
 			break;
 		}
-		if (waited >= timeout_ms) {
+		if (waited_us >= (long)timeout_ms * 1000) {
 			r = lb_error_setx(err, EBUSY, "the storage %s is in use by another sandbox", storage);
 			break;
 		}
-		struct timespec ts = { 0, 1000000 };
+		long step_us = waited_us < 50000 ? 100 : 1000;
+		struct timespec ts = { 0, step_us * 1000 };
 		nanosleep(&ts, NULL);
+		waited_us += step_us;
 	}
 	close(fd);
 	return r;
