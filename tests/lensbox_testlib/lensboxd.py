@@ -94,6 +94,8 @@ class Daemon:
             # the shared image store outlives each daemon: only tests of image gc (with a store of their own) turn
             # garbage collection on
             "image_gc_after": "0",
+            # never reach for a public registry: only tests with a loopback registry of their own pull
+            "pull_missing_images": "off",
         }
         self.settings.update(settings or {})
         self.proc = None
