@@ -23,6 +23,7 @@ def test_memory_bomb_is_oom_killed(lab):
     outs, res = lab.script([["memhog", 4096], ["status"]], memory="96Mi")
     assert outs[0] is None, f"the memory hog survived: {outs[0]}"  # killed before it could report
     assert res["oom_killed"] is True, res.describe()
+    _peak_held_at_limit(res, 96 << 20)
     succeeded(outs[1], res)  # the next process of the same run works
     # The host is fine: this test process still allocates and the runner reported in time.
     assert res.elapsed < 60, res.elapsed
@@ -32,6 +33,14 @@ def test_memory_bomb_as_main_process(lab):
     res = lab.run([IN_PROBE, "memhog", "4096"], memory="64Mi")
     assert res["signal"] == 9 and res["exit_code"] == -1, res.describe()
     assert res["oom_killed"] is True, res.describe()
+    _peak_held_at_limit(res, 64 << 20)
+
+
+def _peak_held_at_limit(res, limit):
+    """The sandbox's own limit stopped the hog, not the machine running out: its peak reached the limit's
+    neighbourhood and never went past it (2 MiB of slack for the kernel's per-cpu charge batching on v2)."""
+    peak = res["peak_memory_bytes"]
+    assert limit // 2 <= peak <= limit + (2 << 20), f"peak {peak >> 20} MiB under a {limit >> 20} MiB limit"
 
 
 def _allocated_bytes(path):
