@@ -18,6 +18,31 @@
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
 
+/* An unlinked, root-only staging file in dir. O_TMPFILE first; filesystems without it (overlayfs before 6.6
+ * answers EOPNOTSUPP, very old kernels EISDIR) get a named file that is unlinked at once, in a directory only root
+ * can enter, so nobody can open it in between. Returns an fd or -1 with errno set. */
+static int open_staging_file(const char *dir)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR))
+		return fd;
+	char path[320];
+	if ((size_t)snprintf(path, sizeof(path), "%s/staging.XXXXXX", dir) >= sizeof(path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	if (unlink(path) < 0) {
+		int saved = errno;
+		close(fd);
+		errno = saved;
+		return -1;
+	}
+	return fd;
+}
+
 void lbd_api_file_put(struct lbd_req *req, struct lbd_res *res)
 {
 	struct lbd_fail f = { 0 };
@@ -71,7 +96,7 @@ void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res)
 		 * holds nothing of the sandbox's storage open (which would keep it mounted past a stop). */
 		char tmpdir[300];
 		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", req->d->cfg.state_dir);
-		copy = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+		copy = open_staging_file(tmpdir);
 		if (copy < 0) {
 			lbd_fail_set(&f, 500, "internal", "Creating a temporary file in %s failed: %s", tmpdir,
 				     strerror(errno));
