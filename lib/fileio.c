@@ -31,11 +31,8 @@ int lb_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-int lb_read_file_at(int dirfd, const char *path, size_t max, char **ret_buf, size_t *ret_len)
+int lb_read_fd(int fd, size_t max, char **ret_buf, size_t *ret_len)
 {
-	_cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return -errno;
 	size_t cap = max < 4096 ? max + 1 : 4096, len = 0;
 	_cleanup_free_ char *buf = malloc(cap + 1);
 	if (!buf)
@@ -68,6 +65,14 @@ int lb_read_file_at(int dirfd, const char *path, size_t max, char **ret_buf, siz
 	if (ret_len)
 		*ret_len = len;
 	return 0;
+}
+
+int lb_read_file_at(int dirfd, const char *path, size_t max, char **ret_buf, size_t *ret_len)
+{
+	_cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	return lb_read_fd(fd, max, ret_buf, ret_len);
 }
 
 int lb_write_file_at(int dirfd, const char *path, const char *s)

@@ -21,6 +21,7 @@
 #include <yajl/yajl_tree.h>
 
 #include "lb/cleanup.h"
+#include "lb/fileio.h"
 
 #include "manifest.h"
 
@@ -82,36 +83,7 @@ static int read_in(int dirfd, const char *path, uint64_t max, char **ret, size_t
 	_cleanup_close_ int fd = lbi_open_in_root(dirfd, path, O_RDONLY, 0);
 	if (fd < 0)
 		return fd;
-	size_t cap = 4096, len = 0;
-	_cleanup_free_ char *buf = malloc(cap + 1);
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		if (len == cap) {
-			if (cap >= max + 1)
-				return -EFBIG;
-			cap *= 2;
-			char *nb = realloc(buf, cap + 1);
-			if (!nb)
-				return -ENOMEM;
-			buf = nb;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-		if (len > max)
-			return -EFBIG;
-	}
-	buf[len] = '\0';
-	*ret = TAKE_PTR(buf);
-	*ret_len = len;
-	return 0;
+	return lb_read_fd(fd, (size_t)max, ret, ret_len);
 }
 
 static int parse_json(const char *buf, size_t len, const char *what, yajl_val *ret, struct lb_error *err)

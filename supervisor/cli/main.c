@@ -31,6 +31,7 @@
 #include "format.h"
 #include "image.h"
 #include "lb/cleanup.h"
+#include "lb/fileio.h"
 
 #define EXIT_USAGE	 2
 #define EXIT_RUN_FAILED	 125
@@ -139,45 +140,10 @@ static int get(const struct opts *o, const char *path, struct lbc_response *res)
 
 /* ---- reading local input ---- */
 
-/* Reads all of fd, at most max bytes (-EFBIG past it). */
-static int read_all(int fd, size_t max, char **ret, size_t *ret_len)
-{
-	size_t cap = 65536, len = 0;
-	_cleanup_free_ char *buf = malloc(cap + 1);
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		if (len == cap) {
-			if (cap > max)
-				return -EFBIG;
-			cap *= 2;
-			char *bigger = realloc(buf, cap + 1);
-			if (!bigger)
-				return -ENOMEM;
-			buf = bigger;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-		if (len > max)
-			return -EFBIG;
-	}
-	buf[len] = '\0';
-	*ret = TAKE_PTR(buf);
-	*ret_len = len;
-	return 0;
-}
-
 static int read_path(const char *path, size_t max, char **ret, size_t *ret_len)
 {
 	if (strcmp(path, "-") == 0)
-		return read_all(STDIN_FILENO, max, ret, ret_len);
+		return lb_read_fd(STDIN_FILENO, max, ret, ret_len);
 	_cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
@@ -188,7 +154,7 @@ static int read_path(const char *path, size_t max, char **ret, size_t *ret_len)
 		return -EISDIR;
 	if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max)
 		return -EFBIG;
-	return read_all(fd, max, ret, ret_len);
+	return lb_read_fd(fd, max, ret, ret_len);
 }
 
 /* ---- run ---- */

@@ -15,6 +15,9 @@
  * -EFBIG when the file is larger than max. On success *ret_buf is the caller's to free. */
 int lb_read_file_at(int dirfd, const char *path, size_t max, char **ret_buf, size_t *ret_len);
 
+/* Reads fd to its end, at most max bytes (-EFBIG past it), into a new NUL-terminated buffer the caller frees. */
+int lb_read_fd(int fd, size_t max, char **ret_buf, size_t *ret_len);
+
 /* Writes s (no newline added) to dirfd/path opened O_WRONLY|O_CLOEXEC (no O_CREAT): for cgroup and /proc files. */
 int lb_write_file_at(int dirfd, const char *path, const char *s);
 
