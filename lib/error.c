@@ -9,9 +9,12 @@
 #include <string.h>
 
 /* Messages are cut at LB_ERROR_MSG_MAX on purpose: a long path must not hide the reason behind it. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
-static int set_va(struct lb_error *err, int errnum, int with_strerror, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int set_va(struct lb_error *err, int errnum, int with_strerror,
+							const char *fmt, va_list ap)
 {
 	int code = errnum < 0 ? -errnum : errnum;
 	if (code == 0)
