@@ -138,6 +138,33 @@ static int get(const struct opts *o, const char *path, struct lbc_response *res)
 	return 0;
 }
 
+/* GETs path and finds the array `key` in lensboxd's answer. Returns true with *ret_root and *ret_list set (the
+ * caller frees root with yajl_tree_free and res with lbc_response_free); false when the command is over, with
+ * everything released and its exit status in *ret_status (0 after --json printed the answer). */
+static bool get_list(const struct opts *o, const char *path, const char *key, struct lbc_response *res,
+		     yajl_val *ret_root, yajl_val *ret_list, int *ret_status)
+{
+	int r = get(o, path, res);
+	if (r != 0) {
+		*ret_status = r < 0 ? fail_response(res) : 0;
+		lbc_response_free(res);
+		return false;
+	}
+	yajl_val root = lbc_json(res);
+	yajl_val list = lbc_jget(root, key);
+	if (!root || !list || !YAJL_IS_ARRAY(list)) {
+		if (root)
+			snprintf(res->error, sizeof(res->error), "lensboxd's answer has no %s list", key);
+		*ret_status = fail_response(res);
+		yajl_tree_free(root);
+		lbc_response_free(res);
+		return false;
+	}
+	*ret_root = root;
+	*ret_list = list;
+	return true;
+}
+
 /* ---- reading local input ---- */
 
 static int read_path(const char *path, size_t max, char **ret, size_t *ret_len)
@@ -379,22 +406,10 @@ static int cmd_ls(const struct opts *o, int argc, char **argv)
 	if (argc != 0)
 		return usage_error("ls takes no arguments");
 	struct lbc_response res;
-	int r = get(o, "/v1/sandboxes", &res);
-	if (r != 0) {
-		int status = r < 0 ? fail_response(&res) : 0;
-		lbc_response_free(&res);
+	yajl_val root, list;
+	int status;
+	if (!get_list(o, "/v1/sandboxes", "sandboxes", &res, &root, &list, &status))
 		return status;
-	}
-	yajl_val root = lbc_json(&res);
-	yajl_val list = lbc_jget(root, "sandboxes");
-	if (!root || !list || !YAJL_IS_ARRAY(list)) {
-		if (root)
-			snprintf(res.error, sizeof(res.error), "lensboxd's answer has no sandboxes list");
-		int status = fail_response(&res);
-		yajl_tree_free(root);
-		lbc_response_free(&res);
-		return status;
-	}
 	static const char *const headers[] = { "NAME",	 "STATE", "IMAGE",     "NETWORK", "CPU",
 					       "MEMORY", "RUNS",  "LAST USED", "STOPS",	  "DELETES" };
 	static const bool right[] = { false, false, false, false, true, true, true, false, false, false };
@@ -562,22 +577,10 @@ static int cmd_files(const struct opts *o, int argc, char **argv)
 		     dir ? "&path=" : "", dir ? dir : "") < 0)
 		return 1;
 	struct lbc_response res;
-	int r = get(o, path, &res);
-	if (r != 0) {
-		int status = r < 0 ? fail_response(&res) : 0;
-		lbc_response_free(&res);
+	yajl_val root, files;
+	int status;
+	if (!get_list(o, path, "files", &res, &root, &files, &status))
 		return status;
-	}
-	yajl_val root = lbc_json(&res);
-	yajl_val files = lbc_jget(root, "files");
-	if (!root || !files || !YAJL_IS_ARRAY(files)) {
-		if (root)
-			snprintf(res.error, sizeof(res.error), "lensboxd's answer has no files list");
-		int status = fail_response(&res);
-		yajl_tree_free(root);
-		lbc_response_free(&res);
-		return status;
-	}
 	static const char *const headers[] = { "TYPE", "SIZE", "MODIFIED", "PATH" };
 	static const bool right[] = { false, true, false, false };
 	struct lbc_table *t = lbc_table_new(4, headers, right);
@@ -789,22 +792,10 @@ static int cmd_runs(const struct opts *o, int argc, char **argv)
 	snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s%s", o->limit ? o->limit : 20, argc ? "&sandbox=" : "",
 		 argc ? argv[0] : "");
 	struct lbc_response res;
-	int r = get(o, path, &res);
-	if (r != 0) {
-		int status = r < 0 ? fail_response(&res) : 0;
-		lbc_response_free(&res);
+	yajl_val root, runs;
+	int status;
+	if (!get_list(o, path, "runs", &res, &root, &runs, &status))
 		return status;
-	}
-	yajl_val root = lbc_json(&res);
-	yajl_val runs = lbc_jget(root, "runs");
-	if (!root || !runs || !YAJL_IS_ARRAY(runs)) {
-		if (root)
-			snprintf(res.error, sizeof(res.error), "lensboxd's answer has no runs list");
-		int status = fail_response(&res);
-		yajl_tree_free(root);
-		lbc_response_free(&res);
-		return status;
-	}
 	static const char *const headers[] = { "STARTED", "SANDBOX",  "LANGUAGE", "OUTCOME", "EXIT",
 					       "TIME",	  "CPU TIME", "MEMORY",	  "ID" };
 	static const bool right[] = { false, false, false, false, true, true, true, true, false };
