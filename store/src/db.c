@@ -112,6 +112,12 @@ static const char *const MIGRATIONS[] = {
 	"       ELSE 9 END,"
 	"  COUNT(*), SUM(duration_ms), SUM(oom_killed != 0), SUM(timed_out != 0)"
 	"  FROM runs GROUP BY 1, 2, 3;",
+	/* 3 -> 4: spare sandboxes (supervisor/spares.c) hold a host uid each before any conversation owns them; the
+	 * uid allocator treats these as taken, and adopting a spare moves its uid into a sandboxes row. */
+	"CREATE TABLE spares ("
+	"  host_uid INTEGER PRIMARY KEY NOT NULL CHECK (host_uid > 0),"
+	"  created_at_ms INTEGER NOT NULL"
+	");",
 };
 
 int lb_store_schema_latest(void)

@@ -7,7 +7,7 @@
  * Host uid allocation
  * -------------------
  * The range is [uid_base, uid_base + uid_count). meta('next_uid') remembers where the last allocation stopped; the
- * next one takes the first uid at or after it that no row holds, wrapping once to uid_base:
+ * next one takes the first uid at or after it that no row (of sandboxes or spares) holds, wrapping once to uid_base:
  *
  *     uid_base        next_uid                          uid_base + uid_count
  *        |  used  free  | used used FREE <- taken here ...  |
@@ -88,7 +88,7 @@ static void bind_spec(sqlite3_stmt *st, int first, const struct lb_store_spec *s
 }
 
 /* Reads the row for name into *ret (unlocked helper). -ENOENT when absent. */
-static int get_unlocked(struct lb_store *s, const char *name, struct lb_store_sandbox *ret, struct lb_error *err)
+int store_sandbox_get_unlocked(struct lb_store *s, const char *name, struct lb_store_sandbox *ret, struct lb_error *err)
 {
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int r = store_prepare(s, "SELECT " SANDBOX_COLUMNS " FROM sandboxes WHERE name = ?", &st, err);
@@ -110,7 +110,7 @@ int lb_store_sandbox_get(struct lb_store *s, const char *name, struct lb_store_s
 		return lb_error_setx(err, ENOENT, "no sandbox named that (the name is not valid)");
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
 	struct lb_store_sandbox sb;
-	int r = get_unlocked(s, name, &sb, err);
+	int r = store_sandbox_get_unlocked(s, name, &sb, err);
 	if (r < 0)
 		return r;
 	*ret = sb;
@@ -190,10 +190,11 @@ static int first_free_uid(struct lb_store *s, int64_t from, int64_t end, int64_t
 	 * first gap at or after `from`. */
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
 	int r = store_prepare(s,
+			      "WITH used(u) AS (SELECT host_uid FROM sandboxes UNION ALL SELECT host_uid FROM spares) "
 			      "SELECT MIN(c) FROM ("
 			      "  SELECT ?1 AS c UNION ALL"
-			      "  SELECT host_uid + 1 FROM sandboxes WHERE host_uid + 1 >= ?1 AND host_uid + 1 < ?2"
-			      ") WHERE c < ?2 AND c NOT IN (SELECT host_uid FROM sandboxes)",
+			      "  SELECT u + 1 FROM used WHERE u + 1 >= ?1 AND u + 1 < ?2"
+			      ") WHERE c < ?2 AND c NOT IN (SELECT u FROM used)",
 			      &st, err);
 	if (r < 0)
 		return r;
@@ -206,7 +207,7 @@ static int first_free_uid(struct lb_store *s, int64_t from, int64_t end, int64_t
 	return 0;
 }
 
-static int allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *err)
+int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *err)
 {
 	int64_t base = s->uid_base, end = (int64_t)s->uid_base + s->uid_count, next = base;
 	{
@@ -255,7 +256,7 @@ static int insert_unlocked(struct lb_store *s, const char *name, const struct lb
 			   int64_t now_ms, struct lb_error *err)
 {
 	uint32_t uid = 0;
-	int r = allocate_uid(s, &uid, err);
+	int r = store_allocate_uid(s, &uid, err);
 	if (r < 0)
 		return r;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -291,7 +292,7 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 
 	struct lb_store_sandbox sb;
 	bool created = false;
-	r = get_unlocked(s, name, &sb, err);
+	r = store_sandbox_get_unlocked(s, name, &sb, err);
 	if (r == -ENOENT) {
 		lb_error_clear(err);
 		created = true;
@@ -312,7 +313,7 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 		}
 	}
 	if (r >= 0)
-		r = get_unlocked(s, name, &sb, err);
+		r = store_sandbox_get_unlocked(s, name, &sb, err);
 	if (r >= 0)
 		r = store_exec(s, "COMMIT", err);
 	if (r < 0) {
@@ -377,7 +378,7 @@ int lb_store_sandbox_recreate(struct lb_store *s, const char *name, const struct
 		return r;
 	if (ret) {
 		struct lb_store_sandbox sb;
-		r = get_unlocked(s, name, &sb, err);
+		r = store_sandbox_get_unlocked(s, name, &sb, err);
 		if (r < 0)
 			return r;
 		*ret = sb;

@@ -55,6 +55,14 @@ int store_exec(struct lb_store *s, const char *sql, struct lb_error *err);
 /* Rolls back an open transaction, ignoring failure (used on error paths only). */
 void store_rollback(struct lb_store *s);
 
+/* Picks the next free host uid (sandboxes.c's walk) and advances the cursor; inside the caller's transaction.
+ * -ENOSPC when every uid of the range is held by a sandbox or a spare. */
+int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *err);
+
+/* Reads one sandboxes row (store lock held). -ENOENT when absent. */
+int store_sandbox_get_unlocked(struct lb_store *s, const char *name, struct lb_store_sandbox *ret,
+			       struct lb_error *err);
+
 /* Copies a text column into a bounded buffer (always NUL-terminated, cut at size-1). */
 void store_column_text(sqlite3_stmt *st, int col, char *dst, size_t size);
 

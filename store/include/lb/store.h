@@ -216,6 +216,21 @@ int lb_store_sandbox_touch(struct lb_store *s, const char *name, int64_t now_ms,
  * ledger keeps the sandbox's runs. -ENOENT when absent. */
 int lb_store_sandbox_delete(struct lb_store *s, const char *name, struct lb_error *err);
 
+/* ---- spares: host uids held by sandboxes started ahead of time (supervisor/spares.c) ---- */
+
+/* Takes the next free host uid (the allocator's walk, skipping sandboxes' and spares' uids) for a spare.
+ * -ENOSPC when none is free. */
+int lb_store_spare_add(struct lb_store *s, int64_t now_ms, uint32_t *ret_uid, struct lb_error *err);
+/* Releases a spare's uid (its sandbox and storage are gone). -ENOENT when no spare holds it. */
+int lb_store_spare_remove(struct lb_store *s, uint32_t uid, struct lb_error *err);
+/* Every uid spares hold, ascending (free() the array). */
+int lb_store_spare_list(struct lb_store *s, uint32_t **ret_uids, size_t *ret_n, struct lb_error *err);
+/* Hands the spare holding spare_uid to the sandbox `name`, in one transaction: the spare's row goes and the
+ * sandbox's host_uid and host_gid become spare_uid (its previous uid is free again: call this only while that uid
+ * owns no storage). -ENOENT when either is absent (nothing changed). *ret (may be NULL) is the row as stored. */
+int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_uid, struct lb_store_sandbox *ret,
+			   struct lb_error *err);
+
 /* Running sandboxes whose idle time is up (lb_store_stop_at_ms() <= now_ms), oldest first. Free with free(). */
 int lb_store_sandbox_due_stop(struct lb_store *s, int64_t now_ms, struct lb_store_sandbox **ret_list, size_t *ret_n,
 			      struct lb_error *err);

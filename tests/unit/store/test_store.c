@@ -425,6 +425,61 @@ static void uids_are_unique_and_exhaust(void **state)
 	assert_int_equal(lb_store_sandbox_get(f->s, "one-too-many", &sb, NULL), -ENOENT);
 }
 
+/* Spares hold uids the allocator skips; adoption moves a spare's uid to a sandbox in one step, and a failed
+ * adoption changes nothing. */
+static void spares_hold_uids_and_adoption_moves_one(void **state)
+{
+	struct fixture *f = *state; /* range 200000..200007 */
+	struct lb_error err = { 0 };
+	uint32_t a = 0, b = 0;
+	assert_int_equal(lb_store_spare_add(f->s, 1, &a, &err), 0);
+	assert_int_equal(lb_store_spare_add(f->s, 2, &b, &err), 0);
+	assert_int_not_equal(a, b);
+	struct lb_store_sandbox sb;
+	put(f->s, "conv", 3, &sb);
+	uint32_t old_uid = sb.host_uid;
+	assert_true(old_uid != a && old_uid != b);
+
+	uint32_t *uids = NULL;
+	size_t n = 0;
+	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(n, 2);
+	assert_true((uids[0] == a && uids[1] == b) || (uids[0] == b && uids[1] == a));
+	free(uids);
+
+	/* adopting a uid no spare holds, or for a sandbox that does not exist, changes nothing */
+	assert_int_equal(lb_store_sandbox_adopt(f->s, "conv", old_uid, NULL, &err), -ENOENT);
+	assert_int_equal(lb_store_sandbox_adopt(f->s, "nobody", a, NULL, &err), -ENOENT);
+	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(n, 2);
+	free(uids);
+
+	assert_int_equal(lb_store_sandbox_adopt(f->s, "conv", a, &sb, &err), 0);
+	assert_int_equal(sb.host_uid, a);
+	assert_int_equal(sb.host_gid, a);
+	assert_int_equal(lb_store_sandbox_get(f->s, "conv", &sb, &err), 0);
+	assert_int_equal(sb.host_uid, a);
+	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(uids[0], b);
+	free(uids);
+
+	/* the allocator never hands out b while the spare holds it: fill the range */
+	char name[16];
+	for (int i = 0; i < 6; i++) {
+		snprintf(name, sizeof(name), "s%d", i);
+		put(f->s, name, 10 + i, &sb);
+		assert_int_not_equal(sb.host_uid, b);
+		assert_int_not_equal(sb.host_uid, a);
+	}
+	uint32_t c = 0;
+	assert_int_equal(lb_store_spare_add(f->s, 20, &c, &err), -ENOSPC);
+	assert_int_equal(lb_store_spare_remove(f->s, b, &err), 0);
+	assert_int_equal(lb_store_spare_remove(f->s, b, &err), -ENOENT);
+	put(f->s, "last", 21, &sb);
+	assert_int_equal(sb.host_uid, b); /* the only one left */
+}
+
 static void freed_uid_is_reused_last(void **state)
 {
 	struct fixture *f = *state; /* range 200000..200007 */
@@ -707,7 +762,8 @@ static void counts_survive_prune_and_remigration(void **state)
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
 	assert_int_equal(
-	    sqlite3_exec(db, "DROP TABLE run_stats; DELETE FROM schema_version WHERE version = 3", NULL, NULL, NULL),
+	    sqlite3_exec(db, "DROP TABLE run_stats; DROP TABLE spares; DELETE FROM schema_version WHERE version >= 3",
+			 NULL, NULL, NULL),
 	    SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(open_store(f, 200000, 8), 0);
@@ -815,6 +871,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(due_lists_and_deadline, setup, teardown),
 		cmocka_unit_test_setup_teardown(uids_are_unique_and_exhaust, setup, teardown),
 		cmocka_unit_test_setup_teardown(freed_uid_is_reused_last, setup, teardown),
+		cmocka_unit_test_setup_teardown(spares_hold_uids_and_adoption_moves_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(range_change_keeps_existing_uids, setup, teardown),
 		cmocka_unit_test(run_ids),
 		cmocka_unit_test_setup_teardown(ledger_order_and_limit, setup, teardown),
