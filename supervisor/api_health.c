@@ -79,6 +79,13 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_uint(g, "stopped", c.sandboxes_running + c.sandboxes_stopped - running);
 	lbd_gen_uint(g, "max_running", d->cfg.max_running);
 	yajl_gen_map_close(g);
+	uint32_t spares_ready = 0, spares_target = 0;
+	lbd_spares_counts(d, &spares_ready, &spares_target);
+	lbd_gen_key(g, "spares");
+	yajl_gen_map_open(g);
+	lbd_gen_uint(g, "ready", spares_ready);
+	lbd_gen_uint(g, "target", spares_target);
+	yajl_gen_map_close(g);
 	lbd_gen_uint(g, "runs_in_flight", in_flight);
 	lbd_gen_uint(g, "uptime_seconds", (uint64_t)(lbd_now_ms() - d->started_at_ms) / 1000);
 	yajl_gen_map_close(g);
@@ -133,6 +140,12 @@ void lbd_api_metrics(struct lbd_req *req, struct lbd_res *res)
 	sb_printf(&s, "# HELP lensbox_sandboxes Sandboxes by state.\n# TYPE lensbox_sandboxes gauge\n");
 	sb_printf(&s, "lensbox_sandboxes{state=\"running\"} %llu\n", (unsigned long long)running);
 	sb_printf(&s, "lensbox_sandboxes{state=\"stopped\"} %llu\n", (unsigned long long)(total - running));
+	uint32_t spares_ready = 0, spares_target = 0;
+	lbd_spares_counts(d, &spares_ready, &spares_target);
+	sb_printf(&s,
+		  "# HELP lensbox_spare_sandboxes Sandboxes started ahead of time, ready for a new conversation.\n"
+		  "# TYPE lensbox_spare_sandboxes gauge\nlensbox_spare_sandboxes %u\n",
+		  spares_ready);
 	sb_printf(&s, "# HELP lensbox_runs_total Runs by language and outcome.\n# TYPE lensbox_runs_total counter\n");
 	for (int l = 0; l < LB_LANG_COUNT; l++)
 		for (int o = 0; o < LB_RUN_OUTCOME_COUNT; o++)

@@ -16,7 +16,7 @@
 static void gen_sandbox_full(struct lbd *d, yajl_gen g, const struct lb_store_sandbox *row)
 {
 	char storage[512];
-	snprintf(storage, sizeof(storage), "%s/sandboxes/%s", d->cfg.state_dir, row->name);
+	lbd_storage_path(d, row->host_uid, storage, sizeof(storage));
 	uint64_t used = 0;
 	bool have = lb_storage_usage(storage, &used) == 0;
 	lbd_gen_sandbox_with_disk(d, g, row, have ? (int64_t)used : -1);

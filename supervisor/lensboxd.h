@@ -12,6 +12,7 @@
  *   runs.c        one run: source file, exec, output cutting, the ledger row, the result
  *   files.c       file transfer into and out of a sandbox's storage without following its symlinks
  *   timers.c      idle stop and keep-hours deletion
+ *   spares.c      sandboxes started ahead of time, handed to new conversations
  *   images.c      image reference -> unpacked rootfs and digest
  *   metrics.c     in-memory counters that the store does not keep (API requests by status)
  */
@@ -31,6 +32,7 @@
 #include "lb/store.h"
 
 struct lbd_sandbox; /* sandboxes.c */
+struct lbd_spares;  /* spares.c */
 struct lb_images;   /* images/ */
 struct lb_net;	    /* netfilter/ */
 
@@ -64,6 +66,8 @@ struct lbd {
 	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
 	int64_t started_at_ms;
+
+	struct lbd_spares *spares; /* NULL until lbd_spares_start() */
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
 	struct lbd_sandbox *table;
@@ -139,6 +143,17 @@ void lbd_images_tick(struct lbd *d);
 
 /* ---- sandboxes.c ---- */
 
+/* The runner's name for a sandbox, and the name of its storage directory: "u<host uid>". The host uid is unique
+ * among sandboxes and spares (the store's allocator), so the key is too; it does not change when a spare started
+ * under it is handed to a named sandbox, which is what lets a spare be started before its name is known. */
+#define LBD_RUNNER_KEY_MAX 16
+void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX]);
+/* <state_dir>/sandboxes/<runner key>: the storage (disk image, lock) of the sandbox or spare holding host_uid. */
+void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size);
+/* Every sandbox lensboxd starts has this hostname: a spare is started before it has a name, and a conversation's
+ * name is no business of the code it runs. */
+#define LBD_SANDBOX_HOSTNAME "sandbox"
+
 /* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
 struct lbd_fail {
 	int status; /* 0: success */
@@ -204,6 +219,25 @@ void lbd_sandboxes_tick(struct lbd *d);
 
 /* Number of runs in progress and the sandbox table figures, for health. */
 void lbd_sandboxes_counts(struct lbd *d, uint64_t *ret_running, uint64_t *ret_in_flight);
+
+/* ---- spares.c ---- */
+
+/* Starts the thread that keeps cfg.spare_sandboxes sandboxes started ahead of time (none when 0). Call after
+ * reconciliation and the network's start. */
+int lbd_spares_start(struct lbd *d, struct lb_error *err);
+/* Stops the thread, then stops every spare and removes its storage and its uid's reservation. */
+void lbd_spares_stop(struct lbd *d);
+/* Start-up reconciliation for spares an earlier instance left (the store's spares table): their processes,
+ * mounts, cgroups and storage go, and their uids are released. Before lbd_spares_start(). */
+int lbd_spares_reconcile(struct lbd *d, struct lb_error *err);
+/* Under the turn of sandbox `name`, whose row is `row` and which has no storage yet: when a ready spare was made
+ * from the same image digest with the same network, cpu, memory and disk, the store hands its uid to the row
+ * (lb_store_sandbox_adopt), *ret_live becomes the running spare and *ret_uid its (now the row's) host uid, and
+ * true is returned. false: none matched (or the hand-over failed and that spare was discarded); start normally. */
+bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
+		      struct lb_sandbox **ret_live, uint32_t *ret_uid);
+/* Spares ready now and the configured target, for health. */
+void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
 
 /* ---- network.c ---- */
 

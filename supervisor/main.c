@@ -238,17 +238,21 @@ int main(int argc, char **argv)
 		lb_error(NULL, "opening the store: %s", err.msg);
 		return 1;
 	}
-	if (lbd_sandboxes_init(&d, &err) < 0 || lbd_reconcile(&d, &err) < 0) {
+	if (lbd_sandboxes_init(&d, &err) < 0 || lbd_reconcile(&d, &err) < 0 || lbd_spares_reconcile(&d, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
 		lb_store_close(d.store);
 		return 1;
 	}
 	lbd_network_start(&d);
 	move_to_leaf_cgroup();
+	/* Before the API's threads exist, which read d.spares; not fatal: new sandboxes are then started on demand. */
+	if (lbd_spares_start(&d, &err) < 0)
+		lb_warn(NULL, "%s", err.msg);
 
 	struct lbd_http *http = NULL;
 	if (lbd_http_start(&d, &http, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
+		lbd_spares_stop(&d);
 		lb_store_close(d.store);
 		return 1;
 	}
@@ -256,9 +260,11 @@ int main(int argc, char **argv)
 	if (lbd_timers_start(&d, &timer, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
 		lbd_http_stop(http);
+		lbd_spares_stop(&d);
 		lb_store_close(d.store);
 		return 1;
 	}
+
 	char fields[1024];
 	snprintf(fields, sizeof(fields), "socket=%s state_dir=%s version=%s can_run=%s", d.cfg.socket_path,
 		 d.cfg.state_dir, LENSBOX_VERSION, lbd_cannot_run(&d) ? "false" : "true");
@@ -278,6 +284,7 @@ int main(int argc, char **argv)
 	atomic_store(&d.stopping, true);
 	lbd_http_stop(http);
 	pthread_join(timer, NULL);
+	lbd_spares_stop(&d);
 	lbd_sandboxes_shutdown(&d);
 	lbd_network_stop(&d);
 	lb_store_close(d.store);

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,9 +45,10 @@ struct lbd_sandbox {
 	pthread_cond_t cv;
 	uint64_t next_ticket, serving;
 
-	pthread_rwlock_t live_lock; /* write: start/stop; read: file transfer */
-	struct lb_sandbox *live;    /* changed only by the turn holder under the write lock */
-	uint64_t last_used_mono;    /* for LRU eviction; under table_mu */
+	pthread_rwlock_t live_lock;   /* write: start/stop; read: file transfer */
+	struct lb_sandbox *live;      /* changed only by the turn holder under the write lock */
+	char key[LBD_RUNNER_KEY_MAX]; /* the runner's name for the live sandbox (lbd_runner_key); with live */
+	uint64_t last_used_mono;      /* for LRU eviction; under table_mu */
 };
 
 int64_t lbd_now_ms(void)
@@ -82,9 +84,16 @@ struct lb_sandbox *lbd_sandbox_live(struct lbd_sandbox *sb)
 	return sb->live;
 }
 
-static void storage_path(const struct lbd *d, const char *name, char *buf, size_t size)
+void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX])
 {
-	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, name);
+	snprintf(buf, LBD_RUNNER_KEY_MAX, "u%" PRIu32, host_uid);
+}
+
+void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size)
+{
+	char key[LBD_RUNNER_KEY_MAX];
+	lbd_runner_key(host_uid, key);
+	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, key);
 }
 
 static enum lb_net_tier tier_of(const char *network)
@@ -239,7 +248,7 @@ static int stop_locked(struct lbd *d, struct lbd_sandbox *sb, const char *why)
 	if (r < 0) {
 		/* What stop could not release, cleanup removes (the same path as after a crash). */
 		struct lb_error err2 = { 0 };
-		int r2 = lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
+		int r2 = lb_sandbox_cleanup(sb->key, d->cfg.run_dir, &err2);
 		log_fields(f, sizeof(f), sb->name, "error=\"%s\"", err.msg);
 		lb_warn(f, "stopping the sandbox failed; cleaned up %s", r2 < 0 ? err2.msg : "what was left");
 	}
@@ -370,45 +379,63 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		return r;
 	}
 	char storage[512];
-	storage_path(d, sb->name, storage, sizeof(storage));
-	const struct lb_limits_policy *lp = &d->policy->limits;
-	struct lb_sandbox_spec spec = {
-		.name = sb->name,
-		.rootfs = img.info->rootfs,
-		.storage = storage,
-		.run_dir = d->cfg.run_dir,
-		.host_uid = row->host_uid,
-		.host_gid = row->host_gid,
-		.limits = { .cpu_millicores = row->spec.cpu_millicores,
-			    .memory_bytes = row->spec.memory_bytes,
-			    .pids = lp->pids,
-			    .disk_bytes = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
-			    .tmp_bytes = lp->tmp_bytes,
-			    .shm_bytes = lp->shm_bytes },
-		.network = tier_of(row->spec.network),
-		.image_env = (const char *const *)img.info->env,
-		.resolv_conf = lb_net_resolv_conf(row->spec.network),
-		.policy = d->policy,
-	};
+	lbd_storage_path(d, row->host_uid, storage, sizeof(storage));
 	uint64_t t0 = lbd_mono_ms();
 	struct lb_sandbox *live = NULL;
-	r = lb_sandbox_start(&spec, &live, &err);
+	char key[LBD_RUNNER_KEY_MAX];
+	char lf[256];
+	struct stat st;
+	bool from_spare = false;
+	if (stat(storage, &st) < 0 && errno == ENOENT) {
+		/* It never had files (just created or recreated): a spare started ahead of time serves when it matches.
+		 */
+		uint32_t uid = 0;
+		if (lbd_spares_claim(d, sb->name, row, img.digest, &live, &uid)) {
+			from_spare = true;
+			lbd_runner_key(uid, key);
+		}
+	}
 	char digest[LB_STORE_DIGEST_MAX + 1];
 	snprintf(digest, sizeof(digest), "%s", img.digest);
-	lbd_image_release(&img);
-	char lf[256];
-	if (r < 0) {
-		release_slot(d);
-		log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
-		lb_error(lf, "starting the sandbox failed");
-		/* Whatever a half-done start left behind goes now, not at the next restart; but EEXIST means a live
-		 * sandbox of this name refused the start, and cleaning up would kill it. */
-		struct lb_error err2 = { 0 };
-		if (r != -EEXIST)
-			lb_sandbox_cleanup(sb->name, d->cfg.run_dir, &err2);
-		lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
-		return r;
+	if (!from_spare) {
+		lbd_runner_key(row->host_uid, key);
+		const struct lb_limits_policy *lp = &d->policy->limits;
+		struct lb_sandbox_spec spec = {
+			.name = key,
+			.hostname = LBD_SANDBOX_HOSTNAME,
+			.rootfs = img.info->rootfs,
+			.storage = storage,
+			.run_dir = d->cfg.run_dir,
+			.host_uid = row->host_uid,
+			.host_gid = row->host_gid,
+			.limits = { .cpu_millicores = row->spec.cpu_millicores,
+				    .memory_bytes = row->spec.memory_bytes,
+				    .pids = lp->pids,
+				    .disk_bytes =
+					row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
+				    .tmp_bytes = lp->tmp_bytes,
+				    .shm_bytes = lp->shm_bytes },
+			.network = tier_of(row->spec.network),
+			.image_env = (const char *const *)img.info->env,
+			.resolv_conf = lb_net_resolv_conf(row->spec.network),
+			.policy = d->policy,
+		};
+		r = lb_sandbox_start(&spec, &live, &err);
+		if (r < 0) {
+			lbd_image_release(&img);
+			release_slot(d);
+			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
+			lb_error(lf, "starting the sandbox failed");
+			/* Whatever a half-done start left behind goes now, not at the next restart; but EEXIST means a
+			 * live sandbox of this name refused the start, and cleaning up would kill it. */
+			struct lb_error err2 = { 0 };
+			if (r != -EEXIST)
+				lb_sandbox_cleanup(key, d->cfg.run_dir, &err2);
+			lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
+			return r;
+		}
 	}
+	lbd_image_release(&img);
 	if (d->net) {
 		/* The host side of its network: a veth, its tier's rules (or only lo for "off"). */
 		int nsfd = lb_sandbox_netns_fd(live);
@@ -420,6 +447,8 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		if (r < 0) {
 			lb_sandbox_stop(live, NULL);
 			release_slot(d);
+			if (from_spare) /* the uid is the row's now, with an empty storage that goes with the stop */
+				lb_sandbox_destroy_storage(storage, NULL);
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", nerr.msg);
 			lb_error(lf, "attaching the sandbox's network failed");
 			lbd_fail_set(f, 503, "host_unavailable", "The sandbox's network (%s) could not be set up: %s",
@@ -430,6 +459,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	pthread_rwlock_wrlock(&sb->live_lock);
 	pthread_mutex_lock(&d->table_mu);
 	sb->live = live;
+	snprintf(sb->key, sizeof(sb->key), "%s", key);
 	sb->last_used_mono = lbd_mono_ms();
 	pthread_mutex_unlock(&d->table_mu);
 	pthread_rwlock_unlock(&sb->live_lock);
@@ -437,18 +467,19 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	if (strcmp(digest, row->image_digest) != 0)
 		lb_store_sandbox_set_digest(d->store, sb->name, digest, NULL);
 	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
-	log_fields(lf, sizeof(lf), sb->name, "image=%s network=%s duration_ms=%llu", row->spec.image, row->spec.network,
+	log_fields(lf, sizeof(lf), sb->name, "runner=%s image=%s network=%s spare=%s duration_ms=%llu", key,
+		   row->spec.image, row->spec.network, from_spare ? "yes" : "no",
 		   (unsigned long long)(lbd_mono_ms() - t0));
 	lb_info(lf, "sandbox started");
 	return 0;
 }
 
-/* Under the turn: removes the storage (and the sandbox, if running). */
-static int destroy_locked(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f)
+/* Under the turn: removes the storage of the sandbox whose row holds host_uid (and the sandbox, if running). */
+static int destroy_locked(struct lbd *d, struct lbd_sandbox *sb, uint32_t host_uid, struct lbd_fail *f)
 {
 	stop_locked(d, sb, "delete");
 	char storage[512];
-	storage_path(d, sb->name, storage, sizeof(storage));
+	lbd_storage_path(d, host_uid, storage, sizeof(storage));
 	struct lb_error err = { 0 };
 	int r = lb_sandbox_destroy_storage(storage, &err);
 	if (r < 0 && r != -ENOENT) {
@@ -501,13 +532,6 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	if (r == -ENOENT) {
 		if ((r = check_image(d, req->spec.image, ret, f)) < 0)
 			return r;
-		/* A storage directory without a row is what a crash between removing a row's storage and the row
-		 * left; nobody owns it, and the new sandbox must start empty. */
-		char storage[512];
-		storage_path(d, sb->name, storage, sizeof(storage));
-		struct stat st;
-		if (stat(storage, &st) == 0)
-			lb_sandbox_destroy_storage(storage, NULL);
 		bool created = false;
 		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
 		if (r == -ENOSPC) {
@@ -518,6 +542,13 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			lbd_fail_set(f, 500, "internal", "Recording the sandbox failed: %s", err.msg);
 			return r;
 		}
+		/* A storage directory under a uid no row held is what a crash between removing a row's storage and the
+		 * row left; nobody owns it, and the new sandbox must start empty. */
+		char storage[512];
+		lbd_storage_path(d, row.host_uid, storage, sizeof(storage));
+		struct stat st;
+		if (stat(storage, &st) == 0)
+			lb_sandbox_destroy_storage(storage, NULL);
 		ret->created = true;
 		log_fields(lf, sizeof(lf), sb->name, "host_uid=%u image=%s network=%s", row.host_uid, row.spec.image,
 			   row.spec.network);
@@ -531,7 +562,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		if (why[0]) {
 			if ((r = check_image(d, req->spec.image, ret, f)) < 0)
 				return r;
-			r = destroy_locked(d, sb, f);
+			r = destroy_locked(d, sb, row.host_uid, f);
 			if (r < 0)
 				return r;
 			/* A fresh sandbox: the request's spec (its defaults for what it did not give). */
@@ -581,7 +612,7 @@ int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f
 		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
 		return r;
 	}
-	r = destroy_locked(d, sb, f);
+	r = destroy_locked(d, sb, row.host_uid, f);
 	if (r < 0)
 		return r;
 	r = lb_store_sandbox_delete(d->store, sb->name, &err);
@@ -769,8 +800,11 @@ int lbd_reconcile(struct lbd *d, struct lb_error *err)
 	unsigned failed = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct lb_error e = { 0 };
-		/* Safe: cleanup acts only on this sandbox's own cgroup, mount point and loop device, by name. */
-		if (lb_sandbox_cleanup(list[i].name, d->cfg.run_dir, &e) < 0) {
+		char key[LBD_RUNNER_KEY_MAX];
+		lbd_runner_key(list[i].host_uid, key);
+		/* Safe: cleanup acts only on this sandbox's own cgroup, mount point and loop device, by its runner key.
+		 */
+		if (lb_sandbox_cleanup(key, d->cfg.run_dir, &e) < 0) {
 			char lf[160];
 			log_fields(lf, sizeof(lf), list[i].name, "error=\"%s\"", e.msg);
 			lb_error(lf, "reconciling the sandbox failed");

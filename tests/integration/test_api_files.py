@@ -117,7 +117,7 @@ def test_symlink_to_another_sandboxs_storage(d):
     victim, attacker = d.name("victim"), d.name("attacker")
     put(d, victim, "secret.txt", b"victim's secret")
     # where the victim's storage is mounted on the host, and its files as the host sees them
-    mnt = os.path.join(d.run_dir, "mnt", victim)
+    mnt = os.path.join(d.run_dir, "mnt", d.runner_key(victim))
     assert os.path.exists(os.path.join(mnt, "secret.txt"))
     d.ok_run(attacker, f"ln -s {mnt} other; ln -s {mnt}/secret.txt s; ln -s /proc/1/root/{mnt} p", "bash")
     for path in ("other/secret.txt", "s", "p/secret.txt"):

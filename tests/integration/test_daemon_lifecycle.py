@@ -81,7 +81,7 @@ def test_files_of_a_stopped_sandbox_are_reachable(d):
 def test_delete_removes_files_and_storage(d):
     n = d.name("del")
     d.ok_run(n, "open('x', 'w').write('x')")
-    storage = os.path.join(d.state, "sandboxes", n)
+    storage = d.storage_of(n)
     assert os.path.isdir(storage)
     status, b = d.request("DELETE", f"/v1/sandboxes/{n}")
     assert status == 200 and b == {"deleted": True}
@@ -136,9 +136,11 @@ def test_idle_stop_and_keep_deletion_with_seconds_scale_config():
         assert d.leaks() == []
         r = d.ok_run(n, "print(open('f.txt').read())")
         assert r["stdout"] == "still here\n" and r["sandbox_started"] is True
+        storage = d.storage_of(n)
+        assert os.path.isdir(storage)
         # unused for keep time: deleted with its files
         assert wait_for(lambda: state(d, n) == 404, 10), "not deleted after its keep time"
-        assert not os.path.exists(os.path.join(d.state, "sandboxes", n))
+        assert not os.path.exists(storage)
         assert d.leaks() == []
         text = d.raw("GET", "/metrics")[2].decode()
         counts = {line.split()[0]: int(line.split()[1]) for line in text.splitlines() if line.startswith("lensbox_sandbox_events")}

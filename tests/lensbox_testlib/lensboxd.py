@@ -96,6 +96,9 @@ class Daemon:
             "image_gc_after": "0",
             # never reach for a public registry: only tests with a loopback registry of their own pull
             "pull_missing_images": "off",
+            # spares are kernel objects in steady state that leaks() would report: only the tests about spares
+            # (test_daemon_spares.py) and the API benchmark turn them on
+            "spare_sandboxes": "0",
         }
         self.settings.update(settings or {})
         self.proc = None
@@ -229,42 +232,62 @@ class Daemon:
 
     # ---- what the kernel holds ----
 
-    def leaks(self, settle=3.0):
+    def runner_key(self, name):
+        """The runner's name for sandbox `name` (its cgroup, mounts and storage directory): u<host uid>."""
+        status, body = self.request("GET", f"/v1/sandboxes/{name}")
+        assert status == 200, (status, body)
+        return f"u{body['host_uid']}"
+
+    def storage_of(self, name):
+        """The storage directory (disk image and lock) of sandbox `name`."""
+        return os.path.join(self.state, "sandboxes", self.runner_key(name))
+
+    def leaks(self, settle=3.0, except_uids=()):
         """Kernel objects left for this daemon's sandboxes: mounts under run_dir, loop devices backed by files in
-        state_dir, cgroups named after its sandboxes, processes running as one of its host uids (zombies excepted:
-        a SIGKILLed process is gone once its parent reaps it). A killed process takes a moment to exit, so this
-        looks again for up to `settle` seconds before reporting."""
+        state_dir, cgroups named after its sandboxes (u<host uid>), processes running as one of its host uids
+        (zombies excepted: a SIGKILLed process is gone once its parent reaps it). A killed process takes a moment to
+        exit, so this looks again for up to `settle` seconds before reporting. except_uids: host uids whose sandboxes
+        are meant to be running (spares), left out."""
         deadline = time.monotonic() + settle
         while True:
-            found = self._leaks_now()
+            found = self._leaks_now(set(except_uids))
             if not found or time.monotonic() >= deadline:
                 return found
             time.sleep(0.1)
 
-    def _leaks_now(self):
+    def _leaks_now(self, except_uids):
         found = []
+        keys = [f"u{u}" for u in except_uids]
+
+        def excepted(path_text):
+            return any(f"/{k}/" in path_text or path_text.rstrip().endswith(f"/{k}") for k in keys)
+
         with open("/proc/self/mountinfo") as f:
             for line in f:
-                if self.run_dir in line or self.state in line.split(" - ")[0]:
+                where = line.split(" - ")[0]
+                if (self.run_dir in line or self.state in where) and not excepted(where.split()[4] + "/"):
                     found.append("mount: " + line.strip())
         for bf in glob.glob("/sys/block/loop*/loop/backing_file"):
             try:
                 with open(bf) as f:
-                    if f.read().startswith(self.state):
-                        found.append("loop: " + bf)
+                    backing = f.read()
+                if backing.startswith(self.state) and not excepted(backing):
+                    found.append(f"loop: {bf} ({backing.strip()})")
             except OSError:
                 pass
-        for cg in glob.glob("/sys/fs/cgroup/*/lensbox/" + self.prefix + "-*") + \
-                glob.glob("/sys/fs/cgroup/unified/lensbox/" + self.prefix + "-*") + \
-                glob.glob("/sys/fs/cgroup/lensbox/" + self.prefix + "-*"):
-            found.append("cgroup: " + cg)
         lo, hi = self.uid_start, self.uid_start + 10000
+        # the runner names a sandbox's cgroup after its host uid (u<uid>), which is in this daemon's range
+        for cg in glob.glob("/sys/fs/cgroup/*/lensbox/u*") + glob.glob("/sys/fs/cgroup/unified/lensbox/u*") + \
+                glob.glob("/sys/fs/cgroup/lensbox/u*"):
+            key = os.path.basename(cg)[1:]
+            if key.isdigit() and lo <= int(key) < hi and int(key) not in except_uids:
+                found.append("cgroup: " + cg)
         for st in glob.glob("/proc/[0-9]*/status"):
             try:
                 with open(st) as f:
                     fields = dict(line.split(":", 1) for line in f if ":" in line)
                 uid = int(fields["Uid"].split()[0])
-                if lo <= uid < hi and not fields.get("State", "").strip().startswith("Z"):
+                if lo <= uid < hi and uid not in except_uids and not fields.get("State", "").strip().startswith("Z"):
                     found.append(f"process: {st} uid {uid}")
             except (OSError, KeyError, ValueError):
                 pass

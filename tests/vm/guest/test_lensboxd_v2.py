@@ -125,7 +125,7 @@ def test_delegated_unit_sandbox_cgroups_limits_and_idle_stop(unit):
         assert read(f"/proc/{d.proc.pid}/cgroup") == "0::/lensbox.service/daemon"
         assert read(f"{UNIT}/cgroup.procs") == ""
         assert {"memory", "cpu", "pids"} <= set(read(f"{UNIT}/cgroup.subtree_control").split())
-        sb = f"{UNIT}/sandboxes/{n}"
+        sb = f"{UNIT}/sandboxes/{d.runner_key(n)}"  # the runner names it after the host uid
         assert os.path.isdir(sb), os.listdir(f"{UNIT}/sandboxes")
         assert read(f"{sb}/memory.max") == str(512 << 20)  # policy/limits.conf defaults
         assert read(f"{sb}/memory.swap.max") == "0"
@@ -144,9 +144,10 @@ def test_delegated_unit_crash_then_restart_reconciles(unit):
     try:
         n = d.name("crash")
         d.ok_run(n, "open('a.txt', 'w').write('one')")
+        key = d.runner_key(n)
         d.proc.send_signal(signal.SIGKILL)
         d.proc.wait()
-        assert os.path.isdir(f"{UNIT}/sandboxes/{n}"), "the sandbox should outlive the daemon's SIGKILL"
+        assert os.path.isdir(f"{UNIT}/sandboxes/{key}"), "the sandbox should outlive the daemon's SIGKILL"
         systemd_cleans_up_the_unit()
         assert d.leaks(settle=0), "the mounts and loop device are left for reconciliation to find"
         d.start()

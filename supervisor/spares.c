@@ -1,0 +1,425 @@
+/*
+ * spares.c — sandboxes started ahead of time, so that a new conversation's first run does not wait for one to be
+ * built (an empty storage filesystem made, a root mounted, cgroups and namespaces set up: ~10 ms, half of what a
+ * short Python run takes).
+ *
+ * Runs in lensboxd (root): one thread of its own keeps cfg.spare_sandboxes spares ready; connection threads take
+ * them (lbd_spares_claim, under the claiming sandbox's turn). A spare is a complete sandbox of the default spec
+ * (default_image's current digest, default_network, default cpu, memory and disk) with an empty storage and a host
+ * uid of its own, started under the runner key of that uid ("u<uid>"), exactly as a named sandbox would be. Its
+ * uid is reserved in the store's spares table before anything is made, so the allocator never hands it out twice,
+ * and a crash leaves a record for the next start's reconciliation to clean up.
+ *
+ * Claiming moves the uid from the spares table to the sandbox's row in one store transaction
+ * (lb_store_sandbox_adopt): from then on it is that sandbox, with nothing renamed — the runner key, the cgroup, the
+ * mounts and the storage directory are all named after the uid. Only a sandbox that has no storage yet (new, or
+ * just recreated) takes a spare, so no files are ever replaced; the uid its row held before owned nothing.
+ *
+ * Spares are not counted in max_running: they are extra, and cost an idle pid 1, a loop device and ~1 MiB of
+ * memory each. A spare whose image digest is no longer the default image's is discarded by the thread.
+ *
+ * Lock order: a spare is taken out of the list under mu, which is never held while calling the runner or the
+ * store's slow paths; mu is taken after table_mu when both are needed (never the other way round).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lb/images.h"
+#include "lb/log.h"
+#include "lb/netfilter.h"
+#include "lensboxd.h"
+
+/* After a failure to make a spare, the thread waits this long before trying again (and logs once per wait). */
+#define SPARE_RETRY_MS 30000
+/* How often the thread looks at the default image's digest even when nobody claimed anything. */
+#define SPARE_CHECK_MS 2000
+/* After a claim, the refill waits this long, so it does not compete for the CPU with the run that claimed. */
+#define SPARE_SETTLE_MS 200
+
+struct spare {
+	struct spare *next;
+	uint32_t uid;
+	struct lb_sandbox *live;
+	char image[sizeof(((struct lbd_config *)0)->default_image)];
+	char digest[LB_STORE_DIGEST_MAX + 1];
+	char network[16];
+	uint32_t cpu_millicores;
+	uint64_t memory_bytes, disk_bytes;
+};
+
+struct lbd_spares {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* signalled on a claim and at stop */
+	struct spare *list;
+	uint32_t ready;
+	bool stop;
+	uint64_t claimed_mono; /* the last claim, for SPARE_SETTLE_MS */
+	pthread_t thread;
+	bool thread_started;
+};
+
+static const char *network_name(int tier)
+{
+	return tier == LB_NET_WEB ? "web" : tier == LB_NET_PACKAGES ? "packages" : "off";
+}
+
+/* Stops a spare's sandbox, removes its storage and releases its uid. Never under mu. */
+static void discard(struct lbd *d, struct spare *sp, const char *why)
+{
+	char key[LBD_RUNNER_KEY_MAX], storage[512], lf[700];
+	lbd_runner_key(sp->uid, key);
+	lbd_storage_path(d, sp->uid, storage, sizeof(storage));
+	struct lb_error err = { 0 };
+	if (sp->live && lb_sandbox_stop(sp->live, &err) < 0) {
+		/* What stop could not release, cleanup removes (the path reconciliation takes after a crash). */
+		struct lb_error e2 = { 0 };
+		lb_sandbox_cleanup(key, d->cfg.run_dir, &e2);
+	}
+	sp->live = NULL;
+	int r = lb_sandbox_destroy_storage(storage, &err);
+	if (r == 0 || r == -ENOENT)
+		r = lb_store_spare_remove(d->store, sp->uid, &err);
+	snprintf(lf, sizeof(lf), "runner=%s reason=%s", key, why);
+	if (r < 0 && r != -ENOENT)
+		lb_warn(lf, "discarding a spare sandbox failed: %s", err.msg);
+	else
+		lb_debug(lf, "spare sandbox discarded");
+	free(sp);
+}
+
+/* Makes one spare of the default spec. Returns it, or NULL with err set. Never under mu. */
+static struct spare *make_one(struct lbd *d, struct lb_error *err)
+{
+	const char *why = lbd_cannot_run(d);
+	if (why) {
+		lb_error_setx(err, ENOSYS, "this host cannot run sandboxes: %s", why);
+		return NULL;
+	}
+	const char *network = network_name(d->cfg.default_network);
+	why = lbd_network_unavailable(d, network);
+	if (why) {
+		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", network, why);
+		return NULL;
+	}
+	struct lbd_image img;
+	/* No pull: a spare is made only from an image that is here; no touch: a spare is not a use. */
+	int r = lbd_image_get(d, d->cfg.default_image, false, false, &img, NULL, err);
+	if (r < 0)
+		return NULL;
+	struct spare *sp = calloc(1, sizeof(*sp));
+	if (!sp) {
+		lbd_image_release(&img);
+		lb_error_setx(err, ENOMEM, "out of memory");
+		return NULL;
+	}
+	snprintf(sp->image, sizeof(sp->image), "%s", d->cfg.default_image);
+	snprintf(sp->digest, sizeof(sp->digest), "%s", img.digest);
+	snprintf(sp->network, sizeof(sp->network), "%s", network);
+	sp->cpu_millicores = d->cfg.default_cpu_millicores;
+	sp->memory_bytes = d->cfg.default_memory_bytes;
+	sp->disk_bytes = d->cfg.default_disk_bytes;
+	if ((r = lb_store_spare_add(d->store, lbd_now_ms(), &sp->uid, err)) < 0) {
+		lbd_image_release(&img);
+		free(sp);
+		return NULL;
+	}
+	char key[LBD_RUNNER_KEY_MAX], storage[512];
+	lbd_runner_key(sp->uid, key);
+	lbd_storage_path(d, sp->uid, storage, sizeof(storage));
+	/* A storage left under this uid by a crash belongs to nobody (the uid was free): the spare starts empty. */
+	lb_sandbox_destroy_storage(storage, NULL);
+	const struct lb_limits_policy *lp = &d->policy->limits;
+	struct lb_sandbox_spec spec = {
+		.name = key,
+		.hostname = LBD_SANDBOX_HOSTNAME,
+		.rootfs = img.info->rootfs,
+		.storage = storage,
+		.run_dir = d->cfg.run_dir,
+		.host_uid = sp->uid,
+		.host_gid = sp->uid,
+		.limits = { .cpu_millicores = sp->cpu_millicores,
+			    .memory_bytes = sp->memory_bytes,
+			    .pids = lp->pids,
+			    .disk_bytes = sp->disk_bytes,
+			    .tmp_bytes = lp->tmp_bytes,
+			    .shm_bytes = lp->shm_bytes },
+		.network = d->cfg.default_network,
+		.image_env = (const char *const *)img.info->env,
+		.resolv_conf = lb_net_resolv_conf(network),
+		.policy = d->policy,
+	};
+	r = lb_sandbox_start(&spec, &sp->live, err);
+	lbd_image_release(&img);
+	if (r >= 0) {
+		/* Warming: the first program to run in a new sandbox pays for filling its root's caches (each sandbox
+		 * has a root filesystem of its own), ~3-5 ms for Python. A spare pays it now, with a program that
+		 * writes nothing, so the conversation's first run does not. */
+		static const char *const argv[] = { "python3", "-c", "pass", NULL };
+		struct lb_exec_spec es = {
+			.argv = argv, .timeout_ms = 10000, .stdout_limit = 256, .stderr_limit = 256
+		};
+		struct lb_exec_result res = { 0 };
+		r = lb_sandbox_exec(sp->live, &es, &res, err);
+		if (r >= 0 && (res.exit_code != 0 || res.signal != 0))
+			r = lb_error_setx(err, EIO, "python3 -c pass exited with %d (signal %d)", res.exit_code,
+					  res.signal);
+		lb_exec_result_free(&res);
+		if (r < 0) {
+			lb_error_wrap(err, "warming spare %s", key);
+			struct lb_error e1 = { 0 };
+			lb_sandbox_stop(sp->live, &e1);
+		}
+	}
+	if (r < 0) {
+		lb_error_wrap(err, "starting spare %s", key);
+		if (r != -EEXIST) {
+			struct lb_error e2 = { 0 };
+			lb_sandbox_cleanup(key, d->cfg.run_dir, &e2);
+		}
+		sp->live = NULL;
+		struct lb_error e3 = { 0 };
+		if (lb_sandbox_destroy_storage(storage, &e3) == 0)
+			lb_store_spare_remove(d->store, sp->uid, &e3);
+		free(sp);
+		return NULL;
+	}
+	return sp;
+}
+
+/* The default image's digest now ("" when it cannot be resolved). */
+static void default_digest(struct lbd *d, char out[LB_STORE_DIGEST_MAX + 1])
+{
+	out[0] = '\0';
+	struct lbd_image img;
+	if (lbd_image_resolve(d, d->cfg.default_image, &img, NULL) == 0) {
+		snprintf(out, LB_STORE_DIGEST_MAX + 1, "%s", img.digest);
+		lbd_image_release(&img);
+	}
+}
+
+/* Takes the spares that no longer match the default spec out of the list (caller holds mu). */
+static struct spare *take_stale_locked(struct lbd_spares *s, const char *digest)
+{
+	struct spare *stale = NULL;
+	for (struct spare **pp = &s->list; *pp;) {
+		struct spare *sp = *pp;
+		if (strcmp(sp->digest, digest) != 0) {
+			*pp = sp->next;
+			sp->next = stale;
+			stale = sp;
+			s->ready--;
+		} else
+			pp = &sp->next;
+	}
+	return stale;
+}
+
+static void wait_ms(struct lbd_spares *s, uint64_t ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts); /* the cond uses the default clock */
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static void *spares_main(void *arg)
+{
+	struct lbd *d = arg;
+	struct lbd_spares *s = d->spares;
+	uint64_t failed_mono = 0;
+	bool failing = false;
+	pthread_mutex_lock(&s->mu);
+	while (!s->stop) {
+		pthread_mutex_unlock(&s->mu);
+		char digest[LB_STORE_DIGEST_MAX + 1];
+		default_digest(d, digest);
+		pthread_mutex_lock(&s->mu);
+		struct spare *stale = take_stale_locked(s, digest);
+		pthread_mutex_unlock(&s->mu);
+		while (stale) {
+			struct spare *next = stale->next;
+			discard(d, stale, "the default image changed");
+			stale = next;
+		}
+		pthread_mutex_lock(&s->mu);
+		uint64_t now = lbd_mono_ms();
+		if (now - s->claimed_mono < SPARE_SETTLE_MS) {
+			wait_ms(s, SPARE_SETTLE_MS - (now - s->claimed_mono));
+			continue;
+		}
+		bool retry_due = !failing || now - failed_mono >= SPARE_RETRY_MS;
+		if (s->ready < d->cfg.spare_sandboxes && digest[0] && retry_due) {
+			pthread_mutex_unlock(&s->mu);
+			struct lb_error err = { 0 };
+			uint64_t t0 = lbd_mono_ms();
+			struct spare *sp = make_one(d, &err);
+			char lf[700];
+			if (!sp) {
+				if (!failing) {
+					snprintf(lf, sizeof(lf), "error=\"%s\" retry_s=%d", err.msg,
+						 SPARE_RETRY_MS / 1000);
+					lb_warn(lf, "making a spare sandbox failed");
+				}
+				failing = true;
+				failed_mono = lbd_mono_ms();
+			} else {
+				failing = false;
+				char key[LBD_RUNNER_KEY_MAX];
+				lbd_runner_key(sp->uid, key);
+				snprintf(lf, sizeof(lf), "runner=%s duration_ms=%llu", key,
+					 (unsigned long long)(lbd_mono_ms() - t0));
+				lb_debug(lf, "spare sandbox ready");
+			}
+			pthread_mutex_lock(&s->mu);
+			if (sp) {
+				sp->next = s->list;
+				s->list = sp;
+				s->ready++;
+			}
+			continue;
+		}
+		wait_ms(s, SPARE_CHECK_MS);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int lbd_spares_start(struct lbd *d, struct lb_error *err)
+{
+	struct lbd_spares *s = calloc(1, sizeof(*s));
+	if (!s)
+		return lb_error_setx(err, ENOMEM, "out of memory");
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	d->spares = s;
+	if (d->cfg.spare_sandboxes == 0)
+		return 0;
+	int r = pthread_create(&s->thread, NULL, spares_main, d);
+	if (r != 0)
+		return lb_error_set(err, r, "starting the spares thread");
+	s->thread_started = true;
+	return 0;
+}
+
+void lbd_spares_stop(struct lbd *d)
+{
+	struct lbd_spares *s = d->spares;
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->stop = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (s->thread_started)
+		pthread_join(s->thread, NULL);
+	struct spare *list = s->list;
+	s->list = NULL;
+	s->ready = 0;
+	while (list) {
+		struct spare *next = list->next;
+		discard(d, list, "shutdown");
+		list = next;
+	}
+	d->spares = NULL;
+	pthread_cond_destroy(&s->cv);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+int lbd_spares_reconcile(struct lbd *d, struct lb_error *err)
+{
+	uint32_t *uids = NULL;
+	size_t n = 0;
+	int r = lb_store_spare_list(d->store, &uids, &n, err);
+	if (r < 0)
+		return lb_error_wrap(err, "listing spares to reconcile");
+	unsigned failed = 0;
+	for (size_t i = 0; i < n; i++) {
+		char key[LBD_RUNNER_KEY_MAX], storage[512];
+		lbd_runner_key(uids[i], key);
+		lbd_storage_path(d, uids[i], storage, sizeof(storage));
+		struct lb_error e = { 0 };
+		/* Safe: cleanup acts only on this spare's own cgroup, mount points and loop device, by its runner key;
+		 * the storage removed is the spare's own (no conversation ever owned this uid). */
+		r = lb_sandbox_cleanup(key, d->cfg.run_dir, &e);
+		if (r == 0)
+			r = lb_sandbox_destroy_storage(storage, &e);
+		if (r == 0 || r == -ENOENT)
+			r = lb_store_spare_remove(d->store, uids[i], &e);
+		if (r < 0 && r != -ENOENT) {
+			char lf[700];
+			snprintf(lf, sizeof(lf), "runner=%s error=\"%s\"", key, e.msg);
+			lb_error(lf, "reconciling a spare sandbox failed");
+			failed++;
+		}
+	}
+	free(uids);
+	if (n) {
+		char lf[96];
+		snprintf(lf, sizeof(lf), "spares=%zu failed=%u", n, failed);
+		lb_info(lf, "removed the spare sandboxes of an earlier instance");
+	}
+	return 0;
+}
+
+bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
+		      struct lb_sandbox **ret_live, uint32_t *ret_uid)
+{
+	struct lbd_spares *s = d->spares;
+	if (!s)
+		return false;
+	uint64_t disk = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes;
+	pthread_mutex_lock(&s->mu);
+	struct spare *sp = NULL;
+	for (struct spare **pp = &s->list; *pp; pp = &(*pp)->next) {
+		struct spare *c = *pp;
+		if (strcmp(c->image, row->spec.image) == 0 && strcmp(c->digest, digest) == 0 &&
+		    strcmp(c->network, row->spec.network) == 0 && c->cpu_millicores == row->spec.cpu_millicores &&
+		    c->memory_bytes == row->spec.memory_bytes && c->disk_bytes == disk) {
+			*pp = c->next;
+			sp = c;
+			s->ready--;
+			break;
+		}
+	}
+	if (sp) {
+		s->claimed_mono = lbd_mono_ms();
+		pthread_cond_signal(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!sp)
+		return false;
+	struct lb_error err = { 0 };
+	if (lb_store_sandbox_adopt(d->store, name, sp->uid, NULL, &err) < 0) {
+		char lf[700];
+		snprintf(lf, sizeof(lf), "sandbox=%s error=\"%s\"", name, err.msg);
+		lb_error(lf, "handing a spare to the sandbox failed; starting one instead");
+		discard(d, sp, "hand-over failed");
+		return false;
+	}
+	*ret_live = sp->live;
+	*ret_uid = sp->uid;
+	free(sp);
+	return true;
+}
+
+void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target)
+{
+	struct lbd_spares *s = d->spares;
+	*ret_target = d->cfg.spare_sandboxes;
+	*ret_ready = 0;
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	*ret_ready = s->ready;
+	pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,150 @@
+"""Spare sandboxes (supervisor/spares.c): lensboxd keeps `spare_sandboxes` sandboxes of the default spec started, and
+a new conversation's first run takes one instead of building a sandbox. Proven here: a spare is handed over (its
+uid becomes the sandbox's), it is empty and isolated like any other sandbox, a sandbox whose spec differs does not
+take one, the pool refills, and nothing of a spare outlives the daemon — neither a clean stop nor a SIGKILL and
+restart (reconciliation removes the last instance's spares)."""
+import os
+import sqlite3
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lensbox_testlib.lensboxd import Daemon, image_tool  # noqa: E402
+
+
+def wait_for(pred, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def spares(d):
+    return d.request("GET", "/v1/health")[1]["spares"]
+
+
+def spare_uids(d):
+    """The uids the store has reserved for spares (read-only, beside the running daemon: WAL allows it)."""
+    db = sqlite3.connect(f"file:{os.path.join(d.state, 'state.db')}?mode=ro", uri=True)
+    try:
+        return sorted(r[0] for r in db.execute("SELECT host_uid FROM spares"))
+    finally:
+        db.close()
+
+
+def started_lines(d, name):
+    return [line for line in d.read_log().splitlines() if "sandbox started" in line and f"sandbox={name} " in line]
+
+
+def test_first_run_takes_a_spare_and_the_pool_refills():
+    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+        assert spares(d)["target"] == 2
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        before = spare_uids(d)
+        assert len(before) == 2
+
+        n = d.name("first")
+        r = d.ok_run(n, "import os, pwd, socket\n"
+                        "print(sorted(set(os.listdir('.')) - {'lost+found'}), os.getuid(), socket.gethostname())")
+        assert r["sandbox_created"] is True and r["sandbox_started"] is True
+        assert r["stdout"] == "[] 1000 sandbox\n", r
+        sb = d.request("GET", f"/v1/sandboxes/{n}")[1]
+        assert sb["host_uid"] in before, (sb["host_uid"], before)  # the spare's uid is now the sandbox's
+        assert sb["state"] == "running" and sb["runs"] == 1
+        assert any("spare=yes" in line for line in started_lines(d, n)), started_lines(d, n)
+        assert sb["host_uid"] not in spare_uids(d)
+        # the storage is the sandbox's own, under its uid, and its files persist like any other sandbox's
+        assert os.path.isdir(d.storage_of(n))
+        d.ok_run(n, "open('kept.txt', 'w').write('kept')")
+        d.request("POST", f"/v1/sandboxes/{n}/stop")
+        assert d.ok_run(n, "print(open('kept.txt').read())")["stdout"] == "kept\n"
+
+        # refilled: two ready again, neither holding a uid any sandbox holds
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        now = spare_uids(d)
+        assert len(now) == 2 and sb["host_uid"] not in now
+
+
+def test_two_claimed_spares_are_two_separate_sandboxes():
+    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        a, b = d.name("a"), d.name("b")
+        d.ok_run(a, "open('/sandbox/mine.txt', 'w').write('a'); open('/tmp/t', 'w').write('a')")
+        r = d.ok_run(b, "import os\nprint(sorted(set(os.listdir('/sandbox')) - {'lost+found'}), os.path.exists('/tmp/t'))")
+        assert r["stdout"] == "[] False\n"
+        ua = d.request("GET", f"/v1/sandboxes/{a}")[1]["host_uid"]
+        ub = d.request("GET", f"/v1/sandboxes/{b}")[1]["host_uid"]
+        assert ua != ub
+        assert all("spare=yes" in line for line in started_lines(d, a) + started_lines(d, b))
+
+
+def test_a_different_spec_does_not_take_a_spare():
+    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        held = spare_uids(d)
+        n = d.name("small")
+        r = d.ok_run(n, "print(1)", sandbox={"memory": "256Mi"})
+        assert r["sandbox_created"] is True
+        assert any("spare=no" in line for line in started_lines(d, n)), started_lines(d, n)
+        assert spare_uids(d) == held and spares(d)["ready"] == 1
+        assert d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] not in held
+
+
+def test_a_file_upload_to_a_new_sandbox_takes_a_spare():
+    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        held = spare_uids(d)
+        n = d.name("upload")
+        status, _ = d.request("PUT", f"/v1/sandboxes/{n}/files/in.txt", b"hello")
+        assert status == 201
+        assert d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] in held
+        assert d.ok_run(n, "print(open('in.txt').read())")["stdout"] == "hello\n"
+
+
+def test_recreated_sandbox_takes_a_spare_and_delete_leaves_only_spares():
+    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+        image_tool(d.images, "tag", "python:3.12-slim", "python:other")
+        n = d.name("recreate")
+        d.ok_run(n, "open('old.txt', 'w').write('old')", sandbox={"image": "python:other"})
+        assert any("spare=no" in line for line in started_lines(d, n)), "not the default image: no spare"
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        held = spare_uids(d)
+        # back to the default image: recreated empty, from the spare
+        r = d.ok_run(n, "import os\nprint(sorted(set(os.listdir('.')) - {'lost+found'}))",
+                     sandbox={"image": "python:3.12-slim"})
+        assert r["recreated"] and r["stdout"] == "[]\n", r
+        assert d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] in held
+        storage = d.storage_of(n)
+        assert d.request("DELETE", f"/v1/sandboxes/{n}")[0] == 200
+        assert not os.path.exists(storage)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert d.leaks(settle=1.0, except_uids=spare_uids(d)) == []
+
+
+def test_nothing_of_a_spare_outlives_a_stop_or_a_crash():
+    d = Daemon(settings={"spare_sandboxes": "2"})
+    try:
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        old = spare_uids(d)
+        d.kill9()
+        assert d.leaks(settle=0), "a SIGKILLed daemon's spares stay until the next start reconciles them"
+        d.start()
+        assert "removed the spare sandboxes of an earlier instance" in d.read_log()
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        new = spare_uids(d)
+        assert d.leaks(settle=1.0, except_uids=new) == []
+        for u in old:
+            if u not in new:
+                assert not os.path.exists(os.path.join(d.state, "sandboxes", f"u{u}")), u
+        d.stop()
+        assert d.leaks() == []
+        db = sqlite3.connect(os.path.join(d.state, "state.db"))
+        try:
+            assert db.execute("SELECT COUNT(*) FROM spares").fetchone()[0] == 0
+        finally:
+            db.close()
+        assert [e for e in os.listdir(os.path.join(d.state, "sandboxes"))] == []
+    finally:
+        d.cleanup()
