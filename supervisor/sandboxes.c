@@ -344,9 +344,10 @@ static void release_slot(struct lbd *d)
 	pthread_mutex_unlock(&d->table_mu);
 }
 
-/* Under the turn: starts the sandbox described by row. */
+/* Under the turn: starts the sandbox described by row. pre (may be NULL): row's image, resolved by the caller an
+ * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. */
 static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
-			struct lbd_ensure_result *ret, struct lbd_fail *f)
+			const struct lbd_image *pre, struct lbd_ensure_result *ret, struct lbd_fail *f)
 {
 	const char *why = lbd_cannot_run(d);
 	if (why) {
@@ -359,11 +360,16 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 			     row->spec.network, why);
 		return -ENOSYS;
 	}
-	struct lbd_image img;
+	struct lbd_image img = { 0 };
 	struct lb_error err = { 0 };
 	struct lbd_image_pulled pulled = { 0 };
-	/* touch: the image's last use is now, for garbage collection */
-	int r = lbd_image_get(d, row->spec.image, true, true, &img, &pulled, &err);
+	int r = 0;
+	const struct lbd_image *use = pre;
+	if (!use) {
+		/* touch: the image's last use is now, for garbage collection */
+		r = lbd_image_get(d, row->spec.image, true, true, &img, &pulled, &err);
+		use = &img;
+	}
 	if (pulled.pulled) {
 		ret->image_pulled = true;
 		ret->image_pull_ms += pulled.ms;
@@ -390,20 +396,20 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		/* It never had files (just created or recreated): a spare started ahead of time serves when it matches.
 		 */
 		uint32_t uid = 0;
-		if (lbd_spares_claim(d, sb->name, row, img.digest, &live, &uid)) {
+		if (lbd_spares_claim(d, sb->name, row, use->digest, &live, &uid)) {
 			from_spare = true;
 			lbd_runner_key(uid, key);
 		}
 	}
 	char digest[LB_STORE_DIGEST_MAX + 1];
-	snprintf(digest, sizeof(digest), "%s", img.digest);
+	snprintf(digest, sizeof(digest), "%s", use->digest);
 	if (!from_spare) {
 		lbd_runner_key(row->host_uid, key);
 		const struct lb_limits_policy *lp = &d->policy->limits;
 		struct lb_sandbox_spec spec = {
 			.name = key,
 			.hostname = LBD_SANDBOX_HOSTNAME,
-			.rootfs = img.info->rootfs,
+			.rootfs = use->info->rootfs,
 			.storage = storage,
 			.run_dir = d->cfg.run_dir,
 			.host_uid = row->host_uid,
@@ -416,7 +422,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 				    .tmp_bytes = lp->tmp_bytes,
 				    .shm_bytes = lp->shm_bytes },
 			.network = tier_of(row->spec.network),
-			.image_env = (const char *const *)img.info->env,
+			.image_env = (const char *const *)use->info->env,
 			.resolv_conf = lb_net_resolv_conf(row->spec.network),
 			.policy = d->policy,
 		};
@@ -502,13 +508,14 @@ static void spec_changes(const struct lb_store_sandbox *row, const struct lbd_sp
 }
 
 /* A sandbox is never created or replaced for an image that is not there (after pulling it, when the config
- * allows): nothing changes, 503. */
-static int check_image(struct lbd *d, const char *image, struct lbd_ensure_result *ret, struct lbd_fail *f)
+ * allows): nothing changes, 503. On success *ret_img is the image, recorded as used now (the caller's: release). */
+static int check_image(struct lbd *d, const char *image, struct lbd_ensure_result *ret, struct lbd_image *ret_img,
+		       struct lbd_fail *f)
 {
 	struct lbd_image img;
 	struct lb_error err = { 0 };
 	struct lbd_image_pulled pulled = { 0 };
-	int r = lbd_image_get(d, image, true, false, &img, &pulled, &err);
+	int r = lbd_image_get(d, image, true, true, &img, &pulled, &err);
 	if (pulled.pulled) {
 		ret->image_pulled = true;
 		ret->image_pull_ms += pulled.ms;
@@ -517,8 +524,13 @@ static int check_image(struct lbd *d, const char *image, struct lbd_ensure_resul
 		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", image, err.msg);
 		return r;
 	}
-	lbd_image_release(&img);
+	*ret_img = img;
 	return 0;
+}
+
+static void image_releasep(struct lbd_image *img)
+{
+	lbd_image_release(img); /* accepts one that holds nothing */
 }
 
 int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_spec_request *req, bool start,
@@ -528,9 +540,11 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	struct lb_store_sandbox row;
 	struct lb_error err = { 0 };
 	char lf[256];
+	/* the image a new or recreated sandbox was checked with, handed to its start */
+	__attribute__((cleanup(image_releasep))) struct lbd_image img = { 0 };
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
-		if ((r = check_image(d, req->spec.image, ret, f)) < 0)
+		if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 			return r;
 		bool created = false;
 		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
@@ -560,7 +574,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		char why[256];
 		spec_changes(&row, req, why, sizeof(why));
 		if (why[0]) {
-			if ((r = check_image(d, req->spec.image, ret, f)) < 0)
+			if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 				return r;
 			r = destroy_locked(d, sb, row.host_uid, f);
 			if (r < 0)
@@ -591,7 +605,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		}
 	}
 	if (start && !sb->live) {
-		r = start_locked(d, sb, &row, ret, f);
+		r = start_locked(d, sb, &row, img.info ? &img : NULL, ret, f);
 		if (r < 0)
 			return r;
 		ret->started = true;
