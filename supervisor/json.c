@@ -433,7 +433,7 @@ void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_
 		lbd_gen_time(g, "stops_at", lb_store_stop_at_ms(sb));
 	else
 		lbd_gen_null(g, "stops_at");
-	lbd_gen_time(g, "deleted_at", lb_store_delete_at_ms(sb));
+	lbd_gen_time(g, "deletes_at", lb_store_delete_at_ms(sb));
 	lbd_gen_uint(g, "runs", sb->runs);
 	yajl_gen_map_close(g);
 }

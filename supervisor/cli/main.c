@@ -421,7 +421,6 @@ static int cmd_ls(const struct opts *o, int argc, char **argv)
 		yajl_val sb = list->u.array.values[i];
 		char image[32], net[32], cpu[32], mem[32], runs[32], used[48], stops[48], del[48];
 		snprintf(runs, sizeof(runs), "%lld", (long long)lbc_jint(sb, "runs", 0));
-		const char *deletes = lbc_jget(sb, "deletes_at") ? "deletes_at" : "deleted_at";
 		const char *cells[] = { lbc_jstr(sb, "name", "?"),
 					lbc_jstr(sb, "state", "?"),
 					spec_str(sb, "image", image, sizeof(image)),
@@ -431,7 +430,7 @@ static int cmd_ls(const struct opts *o, int argc, char **argv)
 					runs,
 					when(sb, "last_used_at", now, used, sizeof(used)),
 					when(sb, "stops_at", now, stops, sizeof(stops)),
-					when(sb, deletes, now, del, sizeof(del)) };
+					when(sb, "deletes_at", now, del, sizeof(del)) };
 		lbc_table_add(t, cells);
 	}
 	if (lbc_table_rows(t) == 0)
@@ -507,8 +506,7 @@ static int cmd_inspect(const struct opts *o, int argc, char **argv)
 	line("created:", at_and_relative(sb, "created_at", now, buf, sizeof(buf)));
 	line("last used:", at_and_relative(sb, "last_used_at", now, buf, sizeof(buf)));
 	line("stops:", at_and_relative(sb, "stops_at", now, buf, sizeof(buf)));
-	line("deletes:",
-	     at_and_relative(sb, lbc_jget(sb, "deletes_at") ? "deletes_at" : "deleted_at", now, buf, sizeof(buf)));
+	line("deletes:", at_and_relative(sb, "deletes_at", now, buf, sizeof(buf)));
 	snprintf(buf, sizeof(buf), "%lld", (long long)lbc_jint(sb, "runs", 0));
 	line("runs:", buf);
 	int64_t uid = lbc_jint(sb, "host_uid", -1);

@@ -163,7 +163,7 @@ def test_sandbox_object(d):
                           "disk": "1Gi", "idle_minutes": 15, "keep_hours": 24}
     assert sb["disk_used_bytes"] > 100000
     assert d.uid_start <= sb["host_uid"] < d.uid_start + 10000
-    for k in ("created_at", "last_used_at", "stops_at", "deleted_at"):
+    for k in ("created_at", "last_used_at", "stops_at", "deletes_at"):
         assert sb[k].endswith("Z"), k
     names = [x["name"] for x in d.request("GET", "/v1/sandboxes")[1]["sandboxes"]]
     assert n in names and names == sorted(names)

@@ -91,7 +91,7 @@ class FakeSandbox:
             "created_at": iso(self.created_at),
             "last_used_at": iso(self.last_used_at),
             "stops_at": iso(self.last_used_at + idle) if self.state == "running" else None,
-            "deleted_at": iso(self.last_used_at + keep),
+            "deletes_at": iso(self.last_used_at + keep),
             "runs": self.runs,
         }
 

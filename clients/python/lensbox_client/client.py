@@ -149,7 +149,7 @@ class Sandbox:
             created_at=_opt_str(d.get("created_at")),
             last_used_at=_opt_str(d.get("last_used_at")),
             stops_at=_opt_str(d.get("stops_at")),
-            deletes_at=_opt_str(d.get("deletes_at", d.get("deleted_at"))),
+            deletes_at=_opt_str(d.get("deletes_at")),
             runs=int(d.get("runs") or 0),
             raw=dict(d),
         )
