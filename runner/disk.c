@@ -260,21 +260,33 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 }
 
 /* The flusher: a grandchild of the caller (its parent exits at once, so nobody has to reap it) that holds the last
- * reference to the detached filesystem and the storage lock. Closing the mount's fd shuts the filesystem down in this
- * process (journal commit, superblock, flush through the loop device to the host's disk, loop autoclear); only then
- * is the lock released. It runs raw syscalls only (forked from a possibly multithreaded caller) and holds no other
- * descriptor of the caller (the caller's stdout may be a pipe someone waits on). */
-static _Noreturn void flusher_main(int mnt_fd, int lock_fd)
+ * reference to the detached filesystem and the storage lock. It waits until the caller has dropped its own
+ * reference (EOF on `go`), then closing the mount's fd shuts the filesystem down in this process (journal commit,
+ * superblock, flush through the loop device to the host's disk, loop autoclear); only then is the lock released.
+ * It runs raw syscalls only (forked from a possibly multithreaded caller) and holds no other descriptor of the caller
+ * (the caller's stdout may be a pipe someone waits on). */
+static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go)
 {
 	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
 	if (pid != 0)
 		_exit(pid < 0 ? 1 : 0); /* the intermediate child; on failure its exit below does the same work */
-	int lo = mnt_fd < lock_fd ? mnt_fd : lock_fd, hi = mnt_fd < lock_fd ? lock_fd : mnt_fd;
-	if (lo > 0)
-		syscall(SYS_close_range, 0u, (unsigned)lo - 1, 0u);
-	if (hi > lo + 1)
-		syscall(SYS_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0u);
-	syscall(SYS_close_range, (unsigned)hi + 1, ~0u, 0u);
+	int keep[3] = { mnt_fd, lock_fd, go };
+	for (int i = 1; i < 3; i++) /* sort the three */
+		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	unsigned from = 0;
+	for (int i = 0; i < 3; i++) {
+		if ((unsigned)keep[i] > from)
+			syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0u);
+		from = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, from, ~0u, 0u);
+	char byte;
+	while (read(go, &byte, 1) < 0 && errno == EINTR)
+		;
 	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
 	close(lock_fd);
 	_exit(0);
@@ -295,14 +307,23 @@ int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err)
 		return 0; /* nothing was mounted there */
 	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
 	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
-	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. Without a
-	 * lock to hand over, or if the fork fails, the caller does the shutdown itself. */
-	pid_t pid = lock_fd >= 0 ? (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) : -1;
-	if (pid == 0)
-		flusher_main(mnt_fd, lock_fd);
+	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. The flusher
+	 * starts only when our own reference is gone (the pipe's EOF), or the last close, and with it the shutdown,
+	 * could be ours. Without a lock to hand over, or if the pipe or the fork fails, the caller does the shutdown
+	 * itself. */
+	int go[2] = { -1, -1 };
+	pid_t pid = -1;
+	if (lock_fd >= 0 && pipe2(go, O_CLOEXEC) == 0) {
+		pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+		if (pid == 0)
+			flusher_main(mnt_fd, lock_fd, go[0]);
+		close(go[0]);
+	}
 	if (pid > 0)
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	close(mnt_fd);
+	if (go[1] >= 0)
+		close(go[1]); /* the flusher goes on: ours was not the last reference */
 	return 0;
 }

@@ -2,7 +2,8 @@
  * policy.c — lb_policy_load(): reads every file of a policy directory, hands each to its parser, and returns one
  * immutable struct lb_policy.
  *
- * Runs in lensboxd (root) and lensbox-runner, once at start (and on an explicit reload). Needs no privilege. Files
+ * Runs in lensboxd (root) and lensbox-runner, once at start (and on an explicit reload). Needs no privilege. The
+ * runner tool, one process per sandbox, keeps the compiled seccomp BPF in a cache directory (seccomp_cache.c). Files
  * are opened relative to a directory descriptor, without following a symlink in the last component, and read with a
  * size cap, so a policy directory cannot make the loader read a device or an unbounded file. Nothing is logged; any
  * error names the file (and line) and leaves *ret untouched.
@@ -60,7 +61,7 @@ static void policy_freep(struct lb_policy **p)
 	lb_policy_free(*p);
 }
 
-int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err)
+int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_policy **ret, struct lb_error *err)
 {
 	_cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -78,7 +79,8 @@ int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err
 			return lb_error_wrap(err, "policy %s", dir);
 		switch (i) {
 		case 0:
-			r = lb_seccomp_compile_json(text, len, files[i], &p->seccomp, &p->seccomp_rules, err);
+			r = lb_seccomp_compile_json_cached(text, len, files[i], cache_dir, &p->seccomp,
+							   &p->seccomp_rules, &p->seccomp_cached, err);
 			break;
 		case 1:
 			r = memchr(text, '\0', len) ? lb_error_setx(err, EINVAL, "%s: NUL byte", files[i])
@@ -98,6 +100,11 @@ int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err
 	}
 	*ret = TAKE_PTR(p);
 	return 0;
+}
+
+int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err)
+{
+	return lb_policy_load_cached(dir, NULL, ret, err);
 }
 
 void lb_policy_free(struct lb_policy *p)

@@ -9,9 +9,14 @@
  *   lensbox-runner --rootfs DIR --storage DIR [--memory 512Mi] [--cpu 1] [--pids 256] [--disk 1Gi] [--timeout 60]
  *                  [--uid 200000] [--gid UID] [--policy DIR] [--output-limit 1Mi] [--name NAME] [--network off]
  *                  [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]
- *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep] -- argv...
+ *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep]
+ *                  [--seccomp-cache DIR | --no-seccomp-cache] -- argv...
  *   lensbox-runner --cleanup NAME [--run-dir DIR]   what lensboxd does after a crash: kill, unmount, remove cgroups
  *   lensbox-runner --probe [--policy DIR]           the host's facts; exit 1 when sandboxes cannot run here
+ *
+ * The seccomp profile's compiled BPF is kept in <run-dir>/seccomp-cache (root's, 0700) between runs: compiling it
+ * with libseccomp is most of this tool's own time, and a run with the same profile bytes and libseccomp reuses it
+ * (policy/src/seccomp_cache.c says how an entry is checked). --no-seccomp-cache compiles every time.
  */
 #include "lb/cleanup.h"
 #include "lb/error.h"
@@ -45,7 +50,7 @@ static void usage(FILE *f)
 		   "       [--disk 1Gi] [--timeout 60] [--uid 200000] [--gid GID] [--policy DIR] [--output-limit 1Mi]\n"
 		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
 		   "       [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]\n"
-		   "       [--keep] -- program [args...]\n"
+		   "       [--seccomp-cache DIR | --no-seccomp-cache] [--keep] -- program [args...]\n"
 		   "       lensbox-runner --cleanup NAME [--run-dir DIR]\n"
 		   "       lensbox-runner --probe [--policy DIR]\n");
 }
@@ -182,7 +187,8 @@ int main(int argc, char **argv)
 	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
 	const char *run_dir = "/run/lensbox-runner", *network = "off";
 	const char *memory = NULL, *cpu = NULL, *pids = NULL, *disk = NULL, *timeout = NULL, *output = NULL;
-	const char *tmp = NULL, *shm = NULL, *hostname = NULL;
+	const char *tmp = NULL, *shm = NULL, *hostname = NULL, *seccomp_cache = NULL;
+	bool no_seccomp_cache = false;
 	unsigned long uid = 200000, gid = 0, repeat = 1;
 	bool keep = false, probe = false;
 	const char *cleanup = NULL;
@@ -213,7 +219,9 @@ int main(int argc, char **argv)
 		O_PROBE,
 		O_TMP,
 		O_SHM,
-		O_HOSTNAME
+		O_HOSTNAME,
+		O_SECCOMP_CACHE,
+		O_NO_SECCOMP_CACHE
 	};
 	static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
 					      { "storage", required_argument, NULL, O_STORAGE },
@@ -239,6 +247,8 @@ int main(int argc, char **argv)
 					      { "tmp", required_argument, NULL, O_TMP },
 					      { "shm", required_argument, NULL, O_SHM },
 					      { "hostname", required_argument, NULL, O_HOSTNAME },
+					      { "seccomp-cache", required_argument, NULL, O_SECCOMP_CACHE },
+					      { "no-seccomp-cache", no_argument, NULL, O_NO_SECCOMP_CACHE },
 					      { NULL, 0, NULL, 0 } };
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -325,6 +335,12 @@ int main(int argc, char **argv)
 		case O_HOSTNAME:
 			hostname = optarg;
 			break;
+		case O_SECCOMP_CACHE:
+			seccomp_cache = optarg;
+			break;
+		case O_NO_SECCOMP_CACHE:
+			no_seccomp_cache = true;
+			break;
 		case O_HELP:
 			usage(stdout);
 			return 0;
@@ -347,8 +363,19 @@ int main(int argc, char **argv)
 
 	struct lb_error err;
 	lb_error_clear(&err);
+	if (seccomp_cache && seccomp_cache[0] != '/') {
+		fprintf(stderr, "lensbox-runner: --seccomp-cache must be an absolute path\n");
+		return 2;
+	}
+	/* Default: beside the sandboxes' state, in the run directory (root's); a relative run dir fails at start. */
+	char cache_dir[4096];
+	if (!seccomp_cache && run_dir[0] == '/' &&
+	    (size_t)snprintf(cache_dir, sizeof(cache_dir), "%s/seccomp-cache", run_dir) < sizeof(cache_dir))
+		seccomp_cache = cache_dir;
+	if (no_seccomp_cache)
+		seccomp_cache = NULL;
 	struct lb_policy *policy = NULL;
-	if (lb_policy_load(policy_dir, &policy, &err) < 0) {
+	if (lb_policy_load_cached(policy_dir, seccomp_cache, &policy, &err) < 0) {
 		lb_error_wrap(&err, "loading the policy from %s", policy_dir);
 		return print_error(err.msg);
 	}
@@ -502,6 +529,7 @@ int main(int argc, char **argv)
 	gen_kv_int(g, "mode", 2); /* SECCOMP_MODE_FILTER: exec fails rather than run without it */
 	gen_kv_int(g, "allowed_syscalls", (long long)policy->seccomp_rules);
 	gen_kv_int(g, "bpf_instructions", policy->seccomp.len);
+	gen_kv_bool(g, "bpf_from_cache", policy->seccomp_cached);
 	yajl_gen_map_close(g);
 	gen_str(g, "namespaces");
 	yajl_gen_array_open(g);

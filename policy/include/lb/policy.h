@@ -62,6 +62,7 @@ struct lb_policy {
 	char *dir;		   /* the directory it was loaded from */
 	struct sock_fprog seccomp; /* compiled allowlist for the native architecture */
 	size_t seccomp_rules;	   /* number of syscall names allowed (for reports) */
+	bool seccomp_cached;	   /* the BPF came from the compiled-BPF cache (lb_policy_load_cached) */
 	struct lb_landlock_policy landlock;
 	struct lb_tier_policy tiers[3]; /* off, packages, web in that order */
 	struct lb_limits_policy limits;
@@ -69,6 +70,12 @@ struct lb_policy {
 
 /* Loads and validates every policy file under dir. On success *ret is the caller's (lb_policy_free). */
 int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err);
+/* The same, with the seccomp BPF kept between processes in cache_dir (policy/src/seccomp_cache.c): for short-lived
+ * loaders such as lensbox-runner. cache_dir must be a directory only the caller's euid can write (created 0700 if
+ * missing; its parents are the caller's responsibility); a cache that is missing, stale, altered or not private is
+ * ignored and the profile compiled, so the result is always what lb_policy_load() would give. cache_dir NULL is
+ * lb_policy_load(). */
+int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_policy **ret, struct lb_error *err);
 void lb_policy_free(struct lb_policy *p);
 
 /* The tier named name ("off", "packages", "web") or NULL. */
