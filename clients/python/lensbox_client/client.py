@@ -32,13 +32,22 @@ _SPEC_KEYS = ("image", "network", "cpu", "memory", "disk", "idle_minutes", "keep
 #: Seconds a run's HTTP request may wait beyond its own time limit (starting or creating the sandbox, queueing behind
 #: an earlier run of the same sandbox).
 RUN_GRACE_SECONDS = 120.0
+#: Seconds a pull or an import may take by default: lensboxd answers only when the image is in the store (a few GB
+#: over a slow link), as `lensbox image pull` waits.
+IMAGE_TIMEOUT_SECONDS = 3600.0
+#: Longest import path lensboxd takes.
+IMPORT_PATH_MAX = 1024
+#: What lensboxd lets into an image reference before parsing it (images/src/ref.c checks the grammar).
+_REF_CHARS = re.compile(r"[a-z0-9][A-Za-z0-9._/:@-]{0,254}")
 
 
 class SandboxError(Exception):
     """Any failure talking to lensboxd.
 
-    status: the HTTP status (400, 404, 409, 413, 422, 429, 503, 500), or 503 when the daemon could not be reached.
-    code: lensboxd's snake_case error code (`sandbox_not_found`, `file_too_large`, ...), or one of this client's:
+    status: the HTTP status (400, 403, 404, 409, 413, 422, 429, 502, 503, 500), or 503 when the daemon could not be
+      reached.
+    code: lensboxd's snake_case error code (`sandbox_not_found`, `file_too_large`, `image_in_use`,
+      `registry_error`, ...), or one of this client's:
       `daemon_unreachable`, `bad_response`, `invalid_name`, `invalid_path`, `file_too_large`, `files_too_large`,
       `source_too_large`, `invalid_value`.
     message: a sentence a person understands.
@@ -217,6 +226,75 @@ class RunRecord:
         )
 
 
+@dataclass(frozen=True)
+class Image:
+    """One image of lensboxd's store. `digest` is the config digest (the store's key: several names may share one
+    image); `warning` is a sentence when python3 or bash is missing; `in_use` counts the sandboxes made from it.
+    Times are RFC 3339 strings. The fields from `variant` on are None in `images()`'s list and filled by
+    `get_image`, `pull_image` and `import_image`."""
+
+    name: Optional[str]
+    names: List[str]
+    digest: str
+    manifest_digest: Optional[str]  # None for a `docker save` archive
+    size_bytes: int
+    size: str
+    has_python3: bool
+    has_bash: bool
+    warning: Optional[str]
+    in_use: int
+    pinned: bool
+    architecture: str
+    os: str
+    imported_at: Optional[str]
+    last_used: Optional[str]
+    variant: Optional[str] = None
+    env: Optional[List[str]] = None
+    working_dir: Optional[str] = None
+    rootfs: Optional[str] = None
+    entries: Optional[int] = None
+    skipped_special: Optional[int] = None  # device nodes, FIFOs, sockets left out
+    stripped: Optional[int] = None  # setuid/setgid bits removed
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Image":
+        env = d.get("env")
+        return cls(
+            name=_opt_str(d.get("name")),
+            names=[str(n) for n in d.get("names") or []],
+            digest=str(d.get("digest", "")),
+            manifest_digest=_opt_str(d.get("manifest_digest")),
+            size_bytes=int(d.get("size_bytes") or 0),
+            size=str(d.get("size") or ""),
+            has_python3=bool(d.get("has_python3")),
+            has_bash=bool(d.get("has_bash")),
+            warning=_opt_str(d.get("warning")),
+            in_use=int(d.get("in_use") or 0),
+            pinned=bool(d.get("pinned")),
+            architecture=str(d.get("architecture") or ""),
+            os=str(d.get("os") or ""),
+            imported_at=_opt_str(d.get("imported_at")),
+            last_used=_opt_str(d.get("last_used")),
+            variant=_opt_str(d.get("variant")),
+            env=None if env is None else [str(e) for e in env],
+            working_dir=_opt_str(d.get("working_dir")),
+            rootfs=_opt_str(d.get("rootfs")),
+            entries=_opt_int(d.get("entries")),
+            skipped_special=_opt_int(d.get("skipped_special")),
+            stripped=_opt_int(d.get("stripped")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class ImageResult:
+    """What a pull or an import gave: the image as it is now in the store, and how long lensboxd took."""
+
+    image: Image
+    duration_ms: int
+
+
 def _opt_int(v: Any) -> Optional[int]:
     return None if v is None or isinstance(v, bool) else int(v)
 
@@ -242,6 +320,21 @@ def check_path(path: str) -> str:
     if any(p in ("", ".", "..") for p in parts):
         raise SandboxError(400, "invalid_path", f"{path!r} must not contain empty, '.' or '..' components")
     return path
+
+
+def check_image_ref(ref: str) -> str:
+    """The image reference, or SandboxError(422, invalid_value) when lensboxd would refuse it before parsing it: a
+    name like python:3.12-slim or registry:5000/ns/name@sha256:..., a config digest sha256:<hex> or a prefix of at
+    least 12 hex digits; at most 255 characters. Its grammar (tags, digests) is lensboxd's to check."""
+    if not isinstance(ref, str) or not _REF_CHARS.fullmatch(ref) or ".." in ref:
+        shown = ref[:300] if isinstance(ref, str) else ref
+        raise SandboxError(
+            422,
+            "invalid_value",
+            f"{shown!r} is not an image reference: a name like python:3.12-slim or registry:5000/ns/name@sha256:..., "
+            "or an image digest sha256:...",
+        )
+    return ref
 
 
 def _quote_path(path: str) -> str:
@@ -494,6 +587,85 @@ class Client:
         url = f"/v1/sandboxes/{check_name(name)}/files/{_quote_path(check_path(path))}"
         return self._request("PUT", url, data)[1]
 
+    # ---- images ----
+
+    def images(self) -> List[Image]:
+        """Every image of lensboxd's store (GET /v1/images), each with `in_use`, the sandboxes made from it."""
+        d = self._request("GET", "/v1/images")[1]
+        return [Image.from_json(x) for x in d.get("images", [])]
+
+    def get_image(self, ref: str) -> Image:
+        """One image by name (python:3.12-slim), config digest (sha256:...) or a unique prefix of at least 12 hex
+        digits of it, with its env, working_dir and rootfs; SandboxError 404 image_not_found."""
+        return Image.from_json(self._request("GET", _image_path(ref))[1].get("image") or {})
+
+    def pull_image(self, ref: str, *, pin: bool = False, timeout: float = IMAGE_TIMEOUT_SECONDS) -> ImageResult:
+        """Pulls ref from its registry into lensboxd's store (POST /v1/images/pull), with the daemon's
+        insecure_registries, CA file and credentials; pin: never garbage-collect it. lensboxd answers when the image
+        is in the store, so this waits up to `timeout` seconds (an hour by default), not the client's own timeout.
+        SandboxError 404 image_not_found (the registry has none for this platform), 502 registry_error (unreachable,
+        credentials refused, a blob that does not match its digest), 422 invalid_value (a bare digest: a pull needs a
+        name)."""
+        check_image_ref(ref)
+        if ref.startswith("sha256:"):
+            raise SandboxError(
+                422, "invalid_value", "A pull needs a name (registry/name:tag or @sha256:...), not a bare digest."
+            )
+        body: Dict[str, Any] = {"ref": ref}
+        if pin:
+            body["pin"] = True
+        return self._image_result("/v1/images/pull", body, timeout)
+
+    def import_image(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        name: Optional[str] = None,
+        *,
+        pin: bool = False,
+        timeout: float = IMAGE_TIMEOUT_SECONDS,
+    ) -> ImageResult:
+        """Imports an OCI layout (a directory or its tar) or a `docker save` archive that is on lensboxd's host
+        (POST /v1/images/import), named `name` when given. lensboxd reads the path itself, as root, so only a root
+        caller may ask (SandboxError 403 forbidden otherwise); the path is made absolute here with
+        os.path.realpath, as `lensbox image import` does. Waits up to `timeout` seconds. SandboxError 404
+        path_not_found, 422 invalid_path (not a regular file or a directory), 422 invalid_image (an archive that
+        fails verification or the bounds: the message names the blob or entry)."""
+        raw_path = os.fspath(path)
+        if not isinstance(raw_path, str) or not raw_path or "\0" in raw_path:
+            raise SandboxError(422, "invalid_path", f"{raw_path!r} is not a path of an image on lensboxd's host")
+        full = os.path.realpath(raw_path)
+        if len(full.encode("utf-8", "surrogateescape")) > IMPORT_PATH_MAX:
+            raise SandboxError(422, "invalid_path", f"the path of an import may be at most {IMPORT_PATH_MAX} bytes")
+        body: Dict[str, Any] = {"path": full}
+        if name is not None:
+            check_image_ref(name)
+            if name.startswith("sha256:") or "@" in name:
+                raise SandboxError(
+                    422, "invalid_value", f"{name!r}: an import's name must be an image name like python:3.12-slim."
+                )
+            body["name"] = name
+        if pin:
+            body["pin"] = True
+        return self._image_result("/v1/images/import", body, timeout)
+
+    def delete_image(self, ref: str, *, missing_ok: bool = True) -> bool:
+        """Removes a name (the image goes with its last name) or, by digest, the image with all its names. True when
+        it was there; with missing_ok=False a missing one raises SandboxError 404 image_not_found. SandboxError 409
+        image_in_use while a sandbox uses it (the message names the sandbox): nothing changes."""
+        try:
+            self._request("DELETE", _image_path(ref))
+        except SandboxError as e:
+            if missing_ok and e.status == 404 and e.code == "image_not_found":
+                return False
+            raise
+        return True
+
+    def _image_result(self, path: str, body: Dict[str, Any], timeout: float) -> ImageResult:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise SandboxError(422, "invalid_value", f"timeout must be a positive number of seconds, not {timeout!r}")
+        d = self._request("POST", path, body, timeout=float(timeout))[1]
+        return ImageResult(image=Image.from_json(d.get("image") or {}), duration_ms=int(d.get("duration_ms") or 0))
+
     # ---- metrics ----
 
     def metrics(self) -> str:
@@ -546,3 +718,9 @@ def _error_from(status: int, payload: bytes) -> SandboxError:
     except (ValueError, KeyError, TypeError):
         text = payload[:200].decode("utf-8", "replace").strip() or http.client.responses.get(status, "error")
         return SandboxError(status, "http_error", f"lensboxd answered {status}: {text}")
+
+
+def _image_path(ref: str) -> str:
+    # check_image_ref leaves only characters a path carries as they are (`/` separates the reference's own
+    # components; lensboxd reads the rest of the path, slashes included, as the reference)
+    return "/v1/images/" + check_image_ref(ref)
