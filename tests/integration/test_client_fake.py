@@ -275,3 +275,120 @@ def test_socket_from_the_environment(fake, monkeypatch):
     assert Client().health()["can_run"] is True
     monkeypatch.delenv("LENSBOX_SOCKET")
     assert Client().socket_path == "/run/lensbox/lensboxd.sock"
+
+
+# ---- images ----
+
+def refused_remotely(fn, status, code):
+    """lensboxd (here the fake) refused it: its status, code and sentence reach the caller."""
+    with pytest.raises(SandboxError) as e:
+        fn()
+    assert (e.value.status, e.value.code) == (status, code), e.value
+    return e.value
+
+
+def test_images_list_and_get(box, fake):
+    fake.add_image("python:3.12-slim", "localhost:5000/python:3.12-slim")
+    fake.add_image("lbtest/nobash:1", has_bash=False)
+    listed = box.images()
+    assert fake.paths() == ["GET /v1/images"]
+    assert [i.names for i in listed] == [["docker.io/library/python:3.12-slim", "localhost:5000/python:3.12-slim"],
+                                        ["docker.io/lbtest/nobash:1"]]
+    py, nobash = listed
+    assert py.name == "docker.io/library/python:3.12-slim" and py.size_bytes == 121091761 and py.size == "115.5Mi"
+    assert py.has_python3 and py.has_bash and py.warning is None and py.in_use == 0 and not py.pinned
+    assert (py.architecture, py.os) == ("amd64", "linux") and py.imported_at and py.last_used
+    assert py.env is None and py.rootfs is None and py.entries is None, "the list has no inspect-only fields"
+    assert nobash.warning == "this image has no bash: run_bash will fail" and not nobash.has_bash
+
+    full = box.get_image("python:3.12-slim")
+    assert fake.requests[-1].path == "/v1/images/python:3.12-slim"
+    assert full.digest == py.digest and full.env == ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"]
+    assert full.working_dir == "/sandbox" and full.rootfs.endswith(py.digest[7:] + "/rootfs")
+    assert (full.entries, full.skipped_special, full.stripped, full.variant) == (6434, 0, 0, None)
+    assert full.raw["digest"] == py.digest
+    box.get_image("localhost:5000/python:3.12-slim")
+    assert fake.requests[-1].path == "/v1/images/localhost:5000/python:3.12-slim", "the reference keeps its /"
+    assert box.get_image(py.digest[7:19]).digest == py.digest
+    e = refused_remotely(lambda: box.get_image("lbtest/nosuch:1"), 404, "image_not_found")
+    assert e.message == "There is no image lbtest/nosuch:1 here."
+
+
+def test_pull_image_body_and_result(box, fake):
+    import json
+
+    fake.registry.add("127.0.0.1:5000/python:3.12-slim")
+    r = box.pull_image("127.0.0.1:5000/python:3.12-slim")
+    req = fake.requests[-1]
+    assert (req.method, req.path, req.headers["content-type"]) == ("POST", "/v1/images/pull", "application/json")
+    assert json.loads(req.body) == {"ref": "127.0.0.1:5000/python:3.12-slim"}
+    assert r.duration_ms == 7 and r.image.names == ["127.0.0.1:5000/python:3.12-slim"] and not r.image.pinned
+    assert r.image.manifest_digest == "sha256:" + "cd" * 32 and r.image.env is not None
+    pinned = box.pull_image("127.0.0.1:5000/python:3.12-slim", pin=True)
+    assert json.loads(fake.requests[-1].body) == {"ref": "127.0.0.1:5000/python:3.12-slim", "pin": True}
+    assert pinned.image.pinned and pinned.image.digest == r.image.digest
+    refused_remotely(lambda: box.pull_image("127.0.0.1:5000/nosuch:1"), 404, "image_not_found")
+    fake.next_raw = (502, b'{"error": {"code": "registry_error", "message": "Pulling x failed: connection refused."}}',
+                     "application/json")
+    e = refused_remotely(lambda: box.pull_image("127.0.0.1:5001/x:1"), 502, "registry_error")
+    assert e.message == "Pulling x failed: connection refused."
+
+
+def test_import_image_body_and_result(box, fake, tmp_path, monkeypatch):
+    import json
+
+    archive = tmp_path / "python-oci.tar"
+    archive.write_bytes(b"an archive")
+    r = box.import_image(archive, "python:imported")
+    req = fake.requests[-1]
+    assert (req.method, req.path) == ("POST", "/v1/images/import")
+    assert json.loads(req.body) == {"path": str(archive), "name": "python:imported"}
+    assert r.duration_ms == 3 and r.image.names == ["docker.io/library/python:imported"]
+    # a relative path (and one through a symlink) is resolved here: lensboxd reads exactly that file
+    monkeypatch.chdir(tmp_path)
+    os.symlink(archive, tmp_path / "link.tar")
+    box.import_image("link.tar", pin=True)
+    assert json.loads(fake.requests[-1].body) == {"path": str(archive), "pin": True}
+    refused_remotely(lambda: box.import_image("missing.tar"), 404, "path_not_found")
+    assert json.loads(fake.requests[-1].body) == {"path": str(tmp_path / "missing.tar")}
+    refused_remotely(lambda: box.import_image("/dev/null"), 422, "invalid_path")
+
+
+def test_delete_image_in_use_and_missing(box, fake):
+    fake.add_image("python:3.12-slim", "python:other")
+    box.ensure("uses", image="python:3.12-slim")
+    e = refused_remotely(lambda: box.delete_image("python:3.12-slim"), 409, "image_in_use")
+    assert "uses" in e.message
+    digest = box.get_image("python:other").digest
+    refused_remotely(lambda: box.delete_image(digest), 409, "image_in_use")
+    assert (fake.requests[-1].method, fake.requests[-1].path, fake.requests[-1].body) == (
+        "DELETE", f"/v1/images/{digest}", b"")
+    assert box.delete_image("python:other") is True  # another name of it: no sandbox names that one
+    assert box.get_image("python:3.12-slim").in_use == 1
+    box.delete("uses")
+    assert box.delete_image("python:3.12-slim") is True
+    assert box.images() == []
+    assert box.delete_image("python:3.12-slim") is False
+    refused_remotely(lambda: box.delete_image("python:3.12-slim", missing_ok=False), 404, "image_not_found")
+
+
+@pytest.mark.parametrize("ref", ["", "Python", "-x", "a b", "a/../b", "..", "a?b", "a#b", "a%2fb", "a\0b", "é",
+                                 "a\n", "x" * 256, "/abs"])
+def test_bad_image_refs_are_refused_before_sending(box, fake, ref):
+    for call in (lambda: box.get_image(ref), lambda: box.delete_image(ref), lambda: box.pull_image(ref),
+                 lambda: box.import_image("/tmp", ref)):
+        refused_locally(fake, call, 422, "invalid_value")
+
+
+def test_image_values_refused_before_sending(box, fake):
+    refused_locally(fake, lambda: box.pull_image("sha256:" + "0" * 64), 422, "invalid_value")
+    refused_locally(fake, lambda: box.import_image("/tmp", "sha256:" + "0" * 64), 422, "invalid_value")
+    refused_locally(fake, lambda: box.import_image("/tmp", "x@sha256:" + "0" * 64), 422, "invalid_value")
+    refused_locally(fake, lambda: box.import_image("/" + "a" * 1100), 422, "invalid_path")
+    refused_locally(fake, lambda: box.import_image(""), 422, "invalid_path")
+    refused_locally(fake, lambda: box.import_image("/tmp/a\0b"), 422, "invalid_path")
+    for t in (0, -1, True, "60"):
+        refused_locally(fake, lambda: box.pull_image("python:3.12-slim", timeout=t), 422, "invalid_value")
+    # the longest reference lensboxd takes is sent
+    fake.add_image("x" * 248 + ":latest")
+    assert box.get_image("x" * 248 + ":latest").name == "docker.io/library/" + "x" * 248 + ":latest"

@@ -1,7 +1,8 @@
 """A small fake of lensboxd's API on a Unix socket, for testing the clients (Python and the `lensbox` CLI) without a
 kernel sandbox.
 
-It keeps a plausible in-memory model (sandboxes with specs, states and files; a run ledger) and follows docs/api.md:
+It keeps a plausible in-memory model (sandboxes with specs, states and files; a run ledger; an image store whose
+pulls come from `fake.registry`, a set of references) and follows docs/api.md:
 the same routes, bodies, status codes and error envelope. It is also strict about what clients send: every request
 is recorded (`fake.requests`), and a request the real daemon would refuse as malformed (bad JSON, unknown or
 mistyped fields, bad names or paths, missing Content-Length) is answered 400 AND recorded in `fake.violations`, which
@@ -15,8 +16,10 @@ an echo of the source's first line, exit 0).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import stat
 import re
 import socketserver
 import threading
@@ -53,6 +56,24 @@ DEFAULT_SPEC = {
     "keep_hours": 24,
 }
 FILE_MAX = 25 * 1024 * 1024
+PULL_TYPES: Dict[str, Tuple[type, ...]] = {"ref": (str,), "pin": (bool,)}
+IMPORT_TYPES: Dict[str, Tuple[type, ...]] = {"path": (str,), "name": (str,), "pin": (bool,)}
+REF = re.compile(r"[a-z0-9][A-Za-z0-9._/:@-]{0,254}")
+
+
+def canonical(ref: str) -> str:
+    """Docker's spelling of a name: python:3.12-slim -> docker.io/library/python:3.12-slim (tag latest if none)."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, rest
+    else:
+        registry, path = "docker.io", ref
+        if "/" not in path:
+            path = "library/" + path
+    last = path.rsplit("/", 1)[-1]
+    if "@" not in last and ":" not in last:
+        path += ":latest"
+    return f"{registry}/{path}"
 
 
 def iso(t: float) -> str:
@@ -96,6 +117,42 @@ class FakeSandbox:
         }
 
 
+@dataclass
+class FakeImage:
+    digest: str
+    names: List[str]
+    manifest_digest: Optional[str] = None
+    size_bytes: int = 121091761
+    has_python3: bool = True
+    has_bash: bool = True
+    pinned: bool = False
+    imported_at: float = field(default_factory=time.time)
+
+    def to_json(self, in_use: int, full: bool) -> Dict[str, Any]:
+        out: Dict[str, Any] = {
+            "name": self.names[0] if self.names else None,
+            "names": list(self.names),
+            "digest": self.digest,
+            "manifest_digest": self.manifest_digest,
+            "size_bytes": self.size_bytes,
+            "size": "%.1fMi" % (self.size_bytes / (1 << 20)),
+            "has_python3": self.has_python3,
+            "has_bash": self.has_bash,
+            "warning": None if self.has_bash else "this image has no bash: run_bash will fail",
+            "in_use": in_use,
+            "pinned": self.pinned,
+            "architecture": "amd64",
+            "os": "linux",
+            "imported_at": iso(self.imported_at),
+            "last_used": iso(self.imported_at),
+        }
+        if full:
+            out.update({"variant": None, "env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
+                        "working_dir": "/sandbox", "rootfs": f"/var/lib/lensbox/images/images/{self.digest[7:]}/rootfs",
+                        "entries": 6434, "skipped_special": 0, "stripped": 0})
+        return out
+
+
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
@@ -114,6 +171,9 @@ class FakeLensboxd:
         self.violations: List[str] = []
         self.sandboxes: Dict[str, FakeSandbox] = {}
         self.ledger: List[Dict[str, Any]] = []
+        self.images: Dict[str, FakeImage] = {}  # by config digest
+        #: canonical references a pull finds (any other is 404 image_not_found)
+        self.registry: set = set()
         self.run_handler: Callable[[str, Dict[str, Any]], Dict[str, Any]] = default_run
         #: (status, raw body bytes, content type) answered to the next request instead of the model
         self.next_raw: Optional[Tuple[int, bytes, str]] = None
@@ -170,6 +230,17 @@ class FakeLensboxd:
         sb = FakeSandbox(name=name, spec={**DEFAULT_SPEC, **spec}, uid=self._uid())
         self.sandboxes[name] = sb
         return sb
+
+    def add_image(self, *names: str, digest: Optional[str] = None, **attrs: Any) -> FakeImage:
+        """An image in the store under these names (digest: derived from the first name when not given)."""
+        full = [canonical(n) for n in names]
+        digest = digest or "sha256:" + hashlib.sha256((full[0] if full else "").encode()).hexdigest()
+        img = self.images.get(digest)
+        if img is None:
+            img = self.images[digest] = FakeImage(digest=digest, names=[], **attrs)
+        for n in full:
+            self._name_image(n, img)
+        return img
 
     def paths(self) -> List[str]:
         return [f"{r.method} {r.path}" for r in self.requests]
@@ -240,7 +311,7 @@ class FakeLensboxd:
         for k, v in obj.items():
             if k not in types:
                 raise ApiError(400, "unknown_field", f"unknown field `{k}`")
-            if isinstance(v, bool) or not isinstance(v, types[k]):
+            if (isinstance(v, bool) and bool not in types[k]) or not isinstance(v, types[k]):
                 raise ApiError(400, "wrong_type", f"`{k}` has the wrong type")
         return obj
 
@@ -305,6 +376,10 @@ class FakeLensboxd:
             limit = int(q.get("limit", ["100"])[0])
             rows = [r for r in self.ledger if "sandbox" not in q or r["sandbox"] == q["sandbox"][0]]
             return 200, {"runs": list(reversed(rows))[:limit]}
+        if url.path == "/v1/images" and m == "GET":
+            return 200, {"images": [img.to_json(self._in_use(img), False) for img in self.images.values()]}
+        if url.path.startswith("/v1/images/"):
+            return self._route_image(rec, m, url.path[len("/v1/images/"):])
         if url.path == "/v1/sandboxes" and m == "GET":
             return 200, {"sandboxes": [self.sandboxes[n].to_json() for n in sorted(self.sandboxes)]}
         if len(parts) < 4 or parts[:3] != ["", "v1", "sandboxes"]:
@@ -416,3 +491,94 @@ class FakeLensboxd:
                     raise ApiError(404, "file_not_found", f"There is no file {path} in the sandbox.")
                 return 200, sb.files[path]
         raise ApiError(405 if rest else 404, "method_not_allowed", f"{m} is not allowed on {url.path}")
+
+    # ---- images ----
+
+    def _name_image(self, name: str, img: FakeImage) -> None:
+        for other in list(self.images.values()):  # a name belongs to one image; one left nameless goes
+            if name in other.names and other is not img:
+                other.names.remove(name)
+                if not other.names:
+                    del self.images[other.digest]
+        if name not in img.names:
+            img.names.append(name)
+
+    def _in_use(self, img: FakeImage) -> int:
+        return sum(canonical(sb.spec["image"]) in img.names for sb in self.sandboxes.values())
+
+    @staticmethod
+    def _check_ref(ref: str) -> str:
+        if not REF.fullmatch(ref) or ".." in ref:
+            raise ApiError(422, "invalid_value", f"`{ref}` is not an image reference.")
+        return ref
+
+    def _find_image(self, ref: str) -> Tuple[FakeImage, bool]:
+        """(the image, whether ref named it by digest); 404 image_not_found."""
+        hexpart = ref[7:] if ref.startswith("sha256:") else ref
+        if re.fullmatch(r"[0-9a-f]{12,64}", hexpart):
+            found = [img for d, img in self.images.items() if d[7:].startswith(hexpart)]
+            if len(found) == 1:
+                return found[0], True
+        for img in self.images.values():
+            if canonical(ref) in img.names:
+                return img, False
+        raise ApiError(404, "image_not_found", f"There is no image {ref} here.")
+
+    def _route_image(self, rec: Recorded, m: str, rest: str) -> Tuple[int, Any]:
+        if m == "POST" and rest == "pull":
+            body = self._json(rec, PULL_TYPES)
+            if "ref" not in body:
+                raise ApiError(400, "missing_field", "A pull needs `ref`, the image reference to pull.")
+            ref = self._check_ref(body["ref"])
+            if ref.startswith("sha256:"):
+                raise ApiError(422, "invalid_value", "A pull needs a name, not a bare digest.")
+            if canonical(ref) not in self.registry:
+                raise ApiError(404, "image_not_found", f"Pulling {ref} failed: the registry has no such image.")
+            img = self.add_image(ref, digest="sha256:" + hashlib.sha256(b"pulled " + ref.encode()).hexdigest(),
+                                 manifest_digest="sha256:" + "cd" * 32)
+            img.pinned = img.pinned or body.get("pin", False)
+            return 200, {"duration_ms": 7, "image": img.to_json(self._in_use(img), True)}
+        if m == "POST" and rest == "import":
+            body = self._json(rec, IMPORT_TYPES)
+            if "path" not in body:
+                raise ApiError(400, "missing_field", "An import needs `path`.")
+            path = body["path"]
+            if (not path.startswith("/") or len(path.encode()) > 1024
+                    or any(c in (".", "..") for c in path.split("/"))):
+                raise ApiError(422, "invalid_path", "`path` must be an absolute path of at most 1024 bytes with no "
+                                                    "`.` or `..` segment.")
+            name = body.get("name")
+            if name is not None and (not REF.fullmatch(name) or name.startswith("sha256:") or "@" in name):
+                raise ApiError(422, "invalid_value", "`name` must be an image name like python:3.12-slim.")
+            try:
+                st = os.stat(path)
+            except OSError:
+                raise ApiError(404, "path_not_found", f"There is no file {path} on the daemon's host.") from None
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise ApiError(422, "invalid_path", f"{path} is neither a regular file nor a directory.")
+            digest = "sha256:" + hashlib.sha256(b"imported " + path.encode()).hexdigest()
+            img = self.add_image(*([name] if name else []), digest=digest, manifest_digest="sha256:" + "ef" * 32)
+            img.pinned = img.pinned or body.get("pin", False)
+            return 200, {"duration_ms": 3, "image": img.to_json(self._in_use(img), True)}
+        if m not in ("GET", "DELETE"):
+            raise ApiError(405, "method_not_allowed", f"{m} is not allowed on /v1/images/{rest}")
+        ref = urllib.parse.unquote(rest)
+        if "\0" in ref:
+            raise ApiError(400, "invalid_path", "The image reference holds a NUL byte.")
+        img, by_digest = self._find_image(self._check_ref(ref))
+        if m == "GET":
+            return 200, {"image": img.to_json(self._in_use(img), True)}
+        if rec.body:
+            raise ApiError(400, "unexpected_body", "Removing an image takes no request body.")
+        users = [n for n, sb in sorted(self.sandboxes.items())
+                 if canonical(sb.spec["image"]) in (img.names if by_digest else [canonical(ref)])]
+        if users:
+            raise ApiError(409, "image_in_use", f"The image {ref} is in use: sandbox {users[0]}. Delete those "
+                                                "sandboxes (or change their image) first.")
+        if by_digest:
+            del self.images[img.digest]
+        else:
+            img.names.remove(canonical(ref))
+            if not img.names:
+                del self.images[img.digest]
+        return 200, {"removed": ref}
