@@ -1,12 +1,15 @@
 """The Python client's image methods (images, get_image, pull_image, import_image, delete_image) against a real
 lensboxd: the Image objects it builds from the daemon's answers, lensboxd's refusals arriving as SandboxError with
 the daemon's status, code and sentence (404 image_not_found, 409 image_in_use, 403 forbidden, 422 invalid_image,
-502 registry_error), the references and paths it refuses itself, and a pull that outlasts the client's ordinary
-timeout. The shared test store is only read; imports, pulls and removals use a store of each test's own. Pulls come
-from Debian's docker-registry on loopback (test_api_images' fixture) or test_image_pull's registry front on
-127.0.0.1: nothing leaves the loopback interface."""
+502 registry_error), the references and paths it refuses itself, a pull that outlasts the client's ordinary
+timeout, and the README's image example run as written. The shared test store is only read; imports, pulls and
+removals use a store of each test's own. Pulls come from Debian's docker-registry on loopback (test_api_images'
+fixture) or test_image_pull's registry front on 127.0.0.1: nothing leaves the loopback interface."""
 
+import contextlib
+import io
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -21,6 +24,7 @@ sys.path[:0] = [os.path.join(SRC, "clients", "python"), os.path.join(SRC, "tests
 
 from lensbox_client import Client, SandboxError  # noqa: E402
 from lensbox_testlib import oci  # noqa: E402
+from lensbox_testlib.images import default_image_archive, import_default_image  # noqa: E402
 from lensbox_testlib.lensboxd import DEFAULT_IMAGE, Daemon  # noqa: E402
 from lensbox_testlib.oci import f, tar_layer  # noqa: E402
 from test_api_images import registry, store_dir, tiny_layout  # noqa: E402,F401  (registry is a fixture)
@@ -265,3 +269,33 @@ def test_a_pull_outlasts_the_client_timeout(tmp_path):
     finally:
         front.shutdown()
         other.shutdown()
+
+
+def readme_image_example():
+    with open(os.path.join(SRC, "clients", "python", "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    section = text[text.index("## Images"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_image_example_runs_as_written(registry, tmp_path):
+    """clients/python/README.md's image example, executed against a daemon whose store holds the default image,
+    prints what its comments say (registry address and archive path swapped for the test's own)."""
+    code = readme_image_example()
+    expected = [ln[2:] for ln in code.splitlines() if ln.startswith("# ")]
+    assert len(expected) == 2, code
+    store = tmp_path / "images"
+    digest, _ = import_default_image(store)
+    lay = tmp_path / "lay"
+    tiny_layout(lay, "readme")
+    push(f"oci:{lay}:1", f"{registry.host}/python:3.12-slim")
+    code = code.replace("127.0.0.1:5000", registry.host).replace("/srv/python-oci.tar", default_image_archive())
+    with Daemon(images_dir=str(store), settings={"insecure_registries": registry.host}) as d:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "clients/python/README.md", "exec"), {"box": d.client(), "SandboxError": SandboxError})
+        documented = [ln.replace("sha256:ecf11d24bdfb", digest[:19]) for ln in expected]
+        assert out.getvalue().splitlines() == documented
+        names = sorted(n for i in d.client().images() for n in i.names)
+        assert names == [f"{registry.host}/python:3.12-slim", DEFAULT_FULL], "the example removed what it imported"
+        assert d.client().get_image(f"{registry.host}/python:3.12-slim").pinned
