@@ -392,3 +392,37 @@ def test_image_values_refused_before_sending(box, fake):
     # the longest reference lensboxd takes is sent
     fake.add_image("x" * 248 + ":latest")
     assert box.get_image("x" * 248 + ":latest").name == "docker.io/library/" + "x" * 248 + ":latest"
+
+
+# Which client method speaks each endpoint docs/api.md documents.
+CLIENT_METHOD_OF = {
+    "GET /v1/health": "health",
+    "PUT /v1/sandboxes/{name}": "ensure",
+    "GET /v1/sandboxes": "list",
+    "GET /v1/sandboxes/{name}": "get",
+    "POST /v1/sandboxes/{name}/stop": "stop",
+    "DELETE /v1/sandboxes/{name}": "delete",
+    "POST /v1/sandboxes/{name}/runs": "run",
+    "PUT /v1/sandboxes/{name}/files/{path}": "write_file",
+    "GET /v1/sandboxes/{name}/files/{path}": "read_file",
+    "GET /v1/sandboxes/{name}/files": "files",
+    "GET /v1/runs/{id}": "get_run",
+    "GET /v1/runs": "runs",
+    "GET /v1/images": "images",
+    "GET /v1/images/{ref}": "get_image",
+    "POST /v1/images/pull": "pull_image",
+    "POST /v1/images/import": "import_image",
+    "DELETE /v1/images/{ref}": "delete_image",
+    "GET /metrics": "metrics",
+}
+
+
+def test_every_documented_endpoint_has_a_client_method():
+    import re
+
+    with open(os.path.join(SRC, "docs", "api.md"), encoding="utf-8") as fh:
+        headings = [ln for ln in fh if ln.startswith("###")]
+    documented = {m.group(1).split("?")[0] for h in headings for m in re.finditer(r"`([A-Z]+ /[^`]*)`", h)}
+    assert documented == set(CLIENT_METHOD_OF), "docs/api.md's endpoints changed: give each one a client method"
+    for endpoint, method in CLIENT_METHOD_OF.items():
+        assert callable(getattr(Client, method, None)), f"{endpoint}: Client has no {method}()"
