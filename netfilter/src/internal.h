@@ -34,10 +34,13 @@ struct lb_service; /* a running resolver or relay */
 struct lb_shared_slot {
 	_Atomic unsigned tier;	   /* enum lb_tier_id; LB_TIER_OFF: nobody there, the services refuse */
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
+	_Atomic bool big_segments; /* written by the parent: the host-side veth takes LB_VETH_GSO_IPV4_MAX segments */
 };
 struct relay_conn; /* one relayed connection (services.c) */
 
 #define LB_RELAY_CONNS_MAX 256
+/* The segment size the host side of a sandbox's veth takes (lb_veth_set_gso_ipv4_max), see services.c's relay */
+#define LB_VETH_GSO_IPV4_MAX (256u * 1024)
 
 struct lb_net {
 	pthread_mutex_t lock;
@@ -84,6 +87,10 @@ int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t siz
 
 int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
 		   int *ret_host_ifindex, struct lb_error *err);
+/* Sets the largest segment (GSO/TSO unit) the host's TCP may hand to link ifindex, IPv4 (Linux >= 6.3, "BIG TCP"),
+ * and reads it back: *ret_size is what the kernel now holds, 0 when it does not know the setting (older kernels
+ * ignore it). Fails only if netlink does. */
+int lb_veth_set_gso_ipv4_max(int ifindex, uint32_t size, uint32_t *ret_size, struct lb_error *err);
 /* Host side: gateway/30 up, forwarding on, IPv6 off. */
 int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err);
 /* Inside netns_fd: lo up, and (when sandbox_ifname) its address/30, default route via gateway, IPv6 off. */

@@ -17,12 +17,13 @@
  * Relay (TCP, ctx->relay_port): a `packages` sandbox's TCP 80/443 arrives here by DNAT. The relay reads the first
  * bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI / Host name, refuses names not on
  * the list, resolves the name itself, refuses denied answers, connects to the address it checked on the original
- * port and then splices bytes both ways without looking at them (TLS is never terminated). Plain HTTP carries one
- * request per connection: after the checked head the relay sends nothing more from the sandbox, so a second request
- * cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
+ * port and then moves bytes both ways without looking at them (pump(): copied or spliced; TLS is never terminated).
+ * Plain HTTP carries one request per connection: after the checked head the relay sends nothing more from the sandbox,
+ * so a second request cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
  *
  * Bounds: 64 DNS queries in flight (16 per sandbox), 256 relay connections (64 per sandbox), 5 s to read a hello,
- * 5 min idle on a relayed connection.
+ * 5 min idle on a relayed connection (nothing received, or a send blocked by a peer that does not read), 1 MiB of
+ * buffer (pipe or memory) per direction of a relayed connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -46,6 +47,7 @@
 #define HELLO_TIMEOUT_MS   5000
 #define RELAY_IDLE_SECONDS 300
 #define PUMP_PIPE_BYTES	   (1 << 20)
+#define PUMP_COPY_BYTES	   (1 << 20)
 
 struct lb_service {
 	pthread_t thread;
@@ -328,6 +330,7 @@ struct relay_conn {
 	int client;
 	int server; /* set under ctx->lock */
 	int index;  /* in ctx->live, -1 when not registered */
+	bool copy;  /* how pump() moves the bytes: the sandbox's veth takes large segments */
 };
 
 static bool conn_register(struct relay_conn *c)
@@ -407,38 +410,74 @@ static int connect_timeout(const struct sockaddr_in *to, uint32_t timeout_ms)
 	return TAKE_FD(fd);
 }
 
-/* Copies in -> out with splice through a pipe until EOF or error; then half-closes out. */
-static void pump(int in, int out)
+/*
+ * Moving the bytes. Each relayed byte crosses two TCP connections on this host, so what a relayed download costs is
+ * mostly per packet: the relay's receive, its send, and the sandbox's receive. Two ways, chosen per sandbox:
+ *  - copy (the sandbox's veth takes LB_VETH_GSO_IPV4_MAX segments, Linux >= 6.3): recv() into a 1 MiB buffer and
+ *    send() it. The kernel copies the bytes into its own 32 KiB pages, so the relay's segments to the sandbox are up
+ *    to 256 KiB: a quarter of the packets of the 64 KiB default, which more than pays for the two copies;
+ *  - splice (otherwise): through a 1 MiB pipe, without copying. Spliced pages stay the 4 KiB pages they arrived in,
+ *    and a segment holds at most 17 of them, so larger segments would not help it; at 64 KiB it beats copying.
+ * Measured with tests/bench/network_bench.py (docs/network.md). Both honour the sockets' SO_RCVTIMEO/SO_SNDTIMEO.
+ */
+static void pump_copy(int in, int out)
 {
+	_cleanup_free_ char *buf = malloc(PUMP_COPY_BYTES); /* pages are touched only as far as reads fill it */
+	if (!buf)
+		return;
+	for (;;) {
+		ssize_t n = recv(in, buf, PUMP_COPY_BYTES, 0);
+		if (n <= 0)
+			return;
+		for (ssize_t off = 0; off < n;) {
+			ssize_t w = send(out, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+			if (w <= 0)
+				return;
+			off += w;
+		}
+	}
+}
+
+static void pump_splice(int in, int out)
+{
+	_cleanup_close_ int rd = -1;
+	_cleanup_close_ int wr = -1;
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return;
+	rd = p[0];
+	wr = p[1];
 	/* a larger pipe moves more per system call; the default (64 KiB) is kept if the limit forbids it */
-	int chunk = fcntl(p[1], F_SETPIPE_SZ, PUMP_PIPE_BYTES);
+	int chunk = fcntl(wr, F_SETPIPE_SZ, PUMP_PIPE_BYTES);
 	if (chunk <= 0)
 		chunk = 1 << 16;
 	for (;;) {
-		ssize_t n = splice(in, NULL, p[1], NULL, (size_t)chunk, SPLICE_F_MOVE);
+		ssize_t n = splice(in, NULL, wr, NULL, (size_t)chunk, SPLICE_F_MOVE);
 		if (n <= 0)
-			break;
-		ssize_t left = n;
-		while (left > 0) {
-			ssize_t w = splice(p[0], NULL, out, NULL, (size_t)left, SPLICE_F_MOVE);
+			return;
+		for (ssize_t left = n; left > 0;) {
+			ssize_t w = splice(rd, NULL, out, NULL, (size_t)left, SPLICE_F_MOVE);
 			if (w <= 0)
-				goto done;
+				return;
 			left -= w;
 		}
 	}
-done:
+}
+
+/* Copies in -> out until EOF, error or idle timeout; then half-closes out. */
+static void pump(int in, int out, bool copy)
+{
+	if (copy)
+		pump_copy(in, out);
+	else
+		pump_splice(in, out);
 	shutdown(out, SHUT_WR);
-	close(p[0]);
-	close(p[1]);
 }
 
 static void *upstream_pump_main(void *arg)
 {
 	struct relay_conn *c = arg;
-	pump(c->client, c->server);
+	pump(c->client, c->server, c->copy);
 	return NULL;
 }
 
@@ -488,6 +527,7 @@ static void *relay_conn_main(void *arg)
 	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
 		goto out;
 	counted = true;
+	c->copy = atomic_load(&ctx->shared[slot].big_segments);
 	if (!(shared = lb_net_share_take(ctx, slot, LB_SHARE_RELAY)))
 		goto out; /* this sandbox has enough relayed connections open already */
 	sl = sizeof(orig);
@@ -523,6 +563,9 @@ static void *relay_conn_main(void *arg)
 	struct timeval idle = { .tv_sec = RELAY_IDLE_SECONDS };
 	setsockopt(c->client, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
 	setsockopt(c->server, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof(idle));
+	/* and a peer that stops reading cannot hold the relay's send (and this thread) longer than that either */
+	setsockopt(c->client, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof(idle));
+	setsockopt(c->server, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof(idle));
 	if (send(c->server, buf, fwd, MSG_NOSIGNAL) != (ssize_t)fwd)
 		goto out;
 	free(buf);
@@ -531,11 +574,11 @@ static void *relay_conn_main(void *arg)
 		pthread_t up;
 		if (pthread_create(&up, NULL, upstream_pump_main, c) != 0)
 			goto out;
-		pump(c->server, c->client);
+		pump(c->server, c->client, c->copy);
 		pthread_join(up, NULL);
 	} else {
 		shutdown(c->server, SHUT_WR); /* nothing more from the sandbox reaches this server */
-		pump(c->server, c->client);
+		pump(c->server, c->client, c->copy);
 	}
 out:
 	free(buf);
