@@ -34,13 +34,11 @@ struct lb_service; /* a running resolver or relay */
 struct lb_shared_slot {
 	_Atomic unsigned tier;	   /* enum lb_tier_id; LB_TIER_OFF: nobody there, the services refuse */
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
-	_Atomic bool big_segments; /* written by the parent: the host-side veth takes LB_VETH_GSO_IPV4_MAX segments */
+	_Atomic bool big_segments; /* written by the parent: the host-side veth takes segments over 64 KiB */
 };
 struct relay_conn; /* one relayed connection (services.c) */
 
 #define LB_RELAY_CONNS_MAX 256
-/* The segment size the host side of a sandbox's veth takes (lb_veth_set_gso_ipv4_max), see services.c's relay */
-#define LB_VETH_GSO_IPV4_MAX (256u * 1024)
 
 struct lb_net {
 	pthread_mutex_t lock;
@@ -54,6 +52,7 @@ struct lb_net {
 	struct sockaddr_in upstream;
 	uint16_t resolver_port, relay_port;
 	uint32_t timeout_ms;
+	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
 	char uplinks[64];	/* interfaces whose forwarding lb_net_init() turned on */
 	char npm_registry[128]; /* host added from `npm config get registry`, or "" */

@@ -220,6 +220,12 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
 	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
 	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
+	ctx->veth_gso_max = cfg->veth_gso_max ? cfg->veth_gso_max : LB_NET_DEFAULT_VETH_GSO_MAX;
+	if (ctx->veth_gso_max < 65536 || ctx->veth_gso_max > LB_NET_MAX_VETH_GSO_MAX) {
+		r = lb_error_setx(err, EINVAL, "veth_gso_max %u: expected 65536..%u", ctx->veth_gso_max,
+				  LB_NET_MAX_VETH_GSO_MAX);
+		goto fail;
+	}
 	if (cfg->dns_upstream) {
 		if (parse_upstream(cfg->dns_upstream, &ctx->upstream) < 0) {
 			r = lb_error_setx(err, EINVAL, "DNS upstream %s: expected IPv4[:port]", cfg->dns_upstream);
@@ -447,10 +453,13 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 		goto fail;
 	/* Larger segments from the host into the sandbox cut the relay's per-packet cost (services.c). Best effort: a
 	 * kernel without IPv4 BIG TCP keeps 64 KiB and the relay then splices instead of copying. */
-	uint32_t gso = 0;
-	struct lb_error gso_err;
-	bool big =
-	    lb_veth_set_gso_ipv4_max(ifindex, LB_VETH_GSO_IPV4_MAX, &gso, &gso_err) == 0 && gso == LB_VETH_GSO_IPV4_MAX;
+	bool big = false;
+	if (ctx->veth_gso_max > 65536) {
+		uint32_t gso = 0;
+		struct lb_error gso_err;
+		big = lb_veth_set_gso_ipv4_max(ifindex, ctx->veth_gso_max, &gso, &gso_err) == 0 &&
+		      gso == ctx->veth_gso_max;
+	}
 	r = lb_veth_setup_sandbox(netns_fd, "eth0", addr, gw, err);
 	if (r < 0)
 		goto fail;

@@ -413,9 +413,10 @@ static int connect_timeout(const struct sockaddr_in *to, uint32_t timeout_ms)
 /*
  * Moving the bytes. Each relayed byte crosses two TCP connections on this host, so what a relayed download costs is
  * mostly per packet: the relay's receive, its send, and the sandbox's receive. Two ways, chosen per sandbox:
- *  - copy (the sandbox's veth takes LB_VETH_GSO_IPV4_MAX segments, Linux >= 6.3): recv() into a 1 MiB buffer and
- *    send() it. The kernel copies the bytes into its own 32 KiB pages, so the relay's segments to the sandbox are up
- *    to 256 KiB: a quarter of the packets of the 64 KiB default, which more than pays for the two copies;
+ *  - copy (the sandbox's veth takes segments over 64 KiB: lb_net_config.veth_gso_max, Linux >= 6.3): recv() into a
+ *    1 MiB buffer and send() it. The kernel copies the bytes into its own 32 KiB pages, so the relay's segments to
+ *    the sandbox reach the veth's size (256 KiB by default): a quarter of the packets of the 64 KiB default, which
+ *    more than pays for the two copies;
  *  - splice (otherwise): through a 1 MiB pipe, without copying. Spliced pages stay the 4 KiB pages they arrived in,
  *    and a segment holds at most 17 of them, so larger segments would not help it; at 64 KiB it beats copying.
  * Measured with tests/bench/network_bench.py (docs/network.md). Both honour the sockets' SO_RCVTIMEO/SO_SNDTIMEO.

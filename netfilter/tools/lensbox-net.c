@@ -196,6 +196,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
+			"                         [--veth-gso-max BYTES]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -297,6 +298,7 @@ int main(int argc, char **argv)
 		{ "package", required_argument, NULL, 'k' },
 		{ "npm", no_argument, NULL, 'n' },
 		{ "services-uid", required_argument, NULL, 'u' },
+		{ "veth-gso-max", required_argument, NULL, 'g' },
 		{ 0 },
 	};
 	int c;
@@ -327,6 +329,9 @@ int main(int argc, char **argv)
 			break;
 		case 'u':
 			cfg.services_uid = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'g':
+			cfg.veth_gso_max = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();

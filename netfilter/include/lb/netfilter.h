@@ -29,6 +29,11 @@
 /* The name server every networked sandbox is given: a link-local address that never leaves the host. The sandbox's
  * DNS to it (or to its gateway) is redirected to lensboxd's resolver; DNS to anything else is refused. */
 #define LB_NET_RESOLVER_ADDR "169.254.53.53"
+/* The largest TCP segment (GSO unit) the host hands to its side of a sandbox's veth, IPv4: 256 KiB where the kernel
+ * has IPv4 BIG TCP (Linux >= 6.3; older kernels keep 64 KiB). Fewer, larger packets are what make the packages relay
+ * nearly as fast as a direct download (docs/network.md, "Benchmark"). */
+#define LB_NET_DEFAULT_VETH_GSO_MAX (256u * 1024)
+#define LB_NET_MAX_VETH_GSO_MAX	    524280u /* the veth driver's own limit */
 
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
@@ -43,6 +48,8 @@ struct lb_net_config {
 	uint32_t services_uid; /* non-zero: run the resolver and relay in a forked process as this uid (and gid), with
 				  no capabilities; lb_net_init() must then be called while single-threaded. 0: they
 				  run as threads of the caller */
+	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
+				  kernel's classic size (the relay then splices instead of copying) */
 };
 
 struct lb_net; /* opaque context */

@@ -230,6 +230,12 @@ static void bad_config_is_refused(void **state)
 	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
 	assert_non_null(strstr(err.msg, "prefix 8..28"));
 	cfg.pool = "10.231.0.0/24";
+	cfg.veth_gso_max = 1500;
+	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
+	assert_non_null(strstr(err.msg, "veth_gso_max 1500: expected 65536..524280"));
+	cfg.veth_gso_max = LB_NET_MAX_VETH_GSO_MAX + 1;
+	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
+	cfg.veth_gso_max = 0;
 	cfg.dns_upstream = "resolver.example";
 	assert_int_equal(lb_net_init(&cfg, &net, &err), -EINVAL);
 	cfg.dns_upstream = "192.0.2.53";
