@@ -30,6 +30,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,46 +80,32 @@ def cpu_seconds(pids):
 
 
 def curl_run(ns, url, ca, size, pids, resolve=None):
-    """One download: (MiB/s from first to last byte, ms to the first byte, CPU ms per MiB)."""
+    """One download: (MiB/s from first to last byte, ms to the first byte, CPU seconds it cost)."""
     cmd = ["ip", "netns", "exec", ns, "env", "-i", "PATH=/usr/bin:/bin", "curl", "-sS", "--noproxy", "*", "-o",
            "/dev/null", "-w", "%{size_download} %{time_starttransfer} %{time_total}", "--cacert", ca, url]
     if resolve:
         cmd[-1:-1] = ["--resolve", resolve]
     before = cpu_seconds(pids)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, errout = p.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.communicate()
-        raise SystemExit(f"curl {url} in {ns} timed out")
-    # communicate() reaped the child; its rusage (ip -> env -> curl, one process) is in the children's totals
-    ru = os.times()
-    spent = cpu_seconds(pids) - before
+    timer = threading.Timer(300, p.kill)
+    timer.start()
+    out, errout = p.stdout.read(), p.stderr.read()  # both are a line at most
+    # reaped here for its rusage (microseconds; `ip netns exec` and env exec curl, so it is curl's own)
+    _, status, ru = os.wait4(p.pid, 0)
+    timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    spent = cpu_seconds(pids) - before + ru.ru_utime + ru.ru_stime
     if p.returncode != 0:
-        raise SystemExit(f"curl {url} in {ns} failed: {errout.strip()}")
+        raise SystemExit(f"curl {url} in {ns} failed ({p.returncode}): {errout.strip()}")
     n, t_first, t_total = out.split()
     n, t_first, t_total = int(n), float(t_first), float(t_total)
     if n != size:
         raise SystemExit(f"curl {url} in {ns} got {n} bytes, not {size}")
-    return n / (t_total - t_first) / (1 << 20), t_first * 1000, spent, ru
-
-
-class ChildCpu:
-    """CPU of reaped children, from os.times(): each download's curl is the only child reaped in between."""
-
-    def __init__(self):
-        self.last = os.times()
-
-    def take(self, now):
-        used = (now.children_user - self.last.children_user) + (now.children_system - self.last.children_system)
-        self.last = now
-        return used
+    return n / (t_total - t_first) / (1 << 20), t_first * 1000, spent
 
 
 def compare(world, tier_ns, url, resolve, size, repeat, pids):
     """Pairs of (direct, through the tier) downloads, taking turns at going first."""
-    child = ChildCpu()
     sides = {"direct": [], "tier": []}
     ratios = []
     mib = size / (1 << 20)
@@ -128,8 +115,8 @@ def compare(world, tier_ns, url, resolve, size, repeat, pids):
             order.reverse()
         pair = {}
         for side, ns, res in order:
-            rate, ttfb, spent, ru = curl_run(ns, url, world.ca, size, pids, resolve=res)
-            cpu_ms = (spent + child.take(ru)) * 1000 / mib
+            rate, ttfb, spent = curl_run(ns, url, world.ca, size, pids, resolve=res)
+            cpu_ms = spent * 1000 / mib
             pair[side] = rate
             sides[side].append((rate, ttfb, cpu_ms))
         ratios.append(pair["tier"] / pair["direct"])
