@@ -160,6 +160,7 @@ static int cg_new(const struct lb_cg_host *host, const char *name, bool create, 
 		return lb_error_set(err, ENOMEM, "allocating cgroup");
 	cg->version = host->version;
 	cg->peak_fd = -1;
+	cg->fresh = create;
 	for (int c = 0; c < LB_CG1_N; c++)
 		cg->ctrl_dir[c] = -1;
 	int r;

@@ -55,6 +55,7 @@ struct lb_cgroup {
 	int ctrl_dir[LB_CG1_N];
 	int peak_fd;		     /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
 	bool peak_reset_unsupported; /* v2 before 6.12: the run leaf is recreated per run instead */
+	bool fresh; /* lb_cg_create made the sandbox directory in every hierarchy: no process can be in it */
 };
 
 /* Fills *host from /proc/self/mountinfo; -ENOTSUP with a sentence when neither v2 with memory, cpu and pids nor

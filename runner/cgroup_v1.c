@@ -68,8 +68,14 @@ int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char
 		return 0;
 
 	for (size_t i = 0; i < cg->n_dirs; i++) {
-		/* mkdir below our own `lensbox` directory of this hierarchy only. */
-		int r = lb_mkdir_p(cg->dirs[i], 0755);
+		/* mkdir below our own `lensbox` directory of this hierarchy only (the chain the first time). */
+		if (mkdir(cg->dirs[i], 0755) == 0)
+			continue;
+		if (errno == EEXIST) {
+			cg->fresh = false; /* a crash's leftover, or a live sandbox of this name: the caller checks */
+			continue;
+		}
+		int r = errno == ENOENT ? lb_mkdir_p(cg->dirs[i], 0755) : -errno;
 		if (r < 0)
 			return lb_error_set(err, r, "creating cgroup %s", cg->dirs[i]);
 	}

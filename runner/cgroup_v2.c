@@ -114,8 +114,11 @@ int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char
 	r = enable_controllers(host->v2_base, err);
 	if (r < 0)
 		return r;
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating cgroup %s", dir);
+	if (mkdir(dir, 0755) < 0) {
+		if (errno != EEXIST)
+			return lb_error_set(err, errno, "creating cgroup %s", dir);
+		cg->fresh = false; /* a crash's leftover, or a live sandbox of this name: the caller checks */
+	}
 
 	char buf[64];
 	if (lim->memory_bytes)

@@ -246,26 +246,32 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 	_cleanup_close_ int imgfd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (imgfd < 0)
 		return lb_error_set(err, errno, "opening %s", img);
-	int r = lb_mkdir_p(mountpoint, 0700);
-	if (r < 0)
-		return lb_error_set(err, r, "creating %s", mountpoint);
 	_cleanup_close_ int lfd = loop_attach(imgfd, img, dev, sizeof(dev), err);
 	if (lfd < 0)
 		return lfd;
-	/* The user's files are hostile: never honour setuid bits or device nodes found on them. noinit_itable: no
-	 * background zeroing of unused inode tables, which would only fill the sparse image with zeros. */
-	if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro,noinit_itable") < 0)
-		return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);
-	return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
+	/* The mount point may be removed under us by the flusher of a stopped sandbox of the same name (with another
+	 * storage; ours is locked): make it again then. */
+	for (int attempt = 0;; attempt++) {
+		int r = lb_mkdir_p(mountpoint, 0700);
+		if (r < 0)
+			return lb_error_set(err, r, "creating %s", mountpoint);
+		/* The user's files are hostile: never honour setuid bits or device nodes found on them. noinit_itable:
+		 * no background zeroing of unused inode tables, which would only fill the sparse image with zeros. */
+		if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+			  "errors=remount-ro,noinit_itable") == 0)
+			return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
+		if (errno != ENOENT || attempt == 2)
+			return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);
+	}
 }
 
 /* The flusher: a grandchild of the caller (its parent exits at once, so nobody has to reap it) that holds the last
  * reference to the detached filesystem and the storage lock. It waits until the caller has dropped its own
  * reference (EOF on `go`), then closing the mount's fd shuts the filesystem down in this process (journal commit,
- * superblock, flush through the loop device to the host's disk, loop autoclear); only then is the lock released.
- * It runs raw syscalls only (forked from a possibly multithreaded caller) and holds no other descriptor of the caller
- * (the caller's stdout may be a pipe someone waits on). */
-static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go)
+ * superblock, flush through the loop device to the host's disk, loop autoclear) and it removes the empty mount
+ * point; only then is the lock released. It runs raw syscalls only (forked from a possibly multithreaded caller)
+ * and holds no other descriptor of the caller (the caller's stdout may be a pipe someone waits on). */
+static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *mountpoint)
 {
 	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
 	if (pid != 0)
@@ -288,12 +294,16 @@ static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go)
 	while (read(go, &byte, 1) < 0 && errno == EINTR)
 		;
 	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
+	/* A start of this sandbox name with another storage may have mounted there meanwhile: then EBUSY, and it
+	 * stays. (The same storage waits for our lock.) */
+	(void)rmdir(mountpoint);
 	close(lock_fd);
 	_exit(0);
 }
 
-int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err)
+int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err)
 {
+	*ret = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
 	/* A reference to the mount that outlives its detach: whoever closes it last shuts the filesystem down. */
 	int mnt_fd = open(mountpoint, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
@@ -302,28 +312,42 @@ int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err)
 			close(mnt_fd);
 		return lb_error_set(err, e, "unmounting %s", mountpoint);
 	}
-	(void)rmdir(mountpoint);
-	if (mnt_fd < 0)
+	if (mnt_fd < 0) {
+		(void)rmdir(mountpoint);
 		return 0; /* nothing was mounted there */
+	}
 	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
 	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
 	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. The flusher
-	 * starts only when our own reference is gone (the pipe's EOF), or the last close, and with it the shutdown,
-	 * could be ours. Without a lock to hand over, or if the pipe or the fork fails, the caller does the shutdown
-	 * itself. */
+	 * starts only when our own reference is gone (the pipe's EOF, lb_disk_detach_finish), or the last close, and
+	 * with it the shutdown, could be ours. Without a lock to hand over, or if the pipe or the fork fails, the
+	 * caller does the shutdown itself. */
 	int go[2] = { -1, -1 };
 	pid_t pid = -1;
 	if (lock_fd >= 0 && pipe2(go, O_CLOEXEC) == 0) {
 		pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
 		if (pid == 0)
-			flusher_main(mnt_fd, lock_fd, go[0]);
+			flusher_main(mnt_fd, lock_fd, go[0], mountpoint);
 		close(go[0]);
+		if (pid < 0) {
+			close(go[1]);
+			go[1] = -1;
+		}
 	}
-	if (pid > 0)
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	close(mnt_fd);
-	if (go[1] >= 0)
-		close(go[1]); /* the flusher goes on: ours was not the last reference */
+	*ret = (struct lb_disk_detach){ .mnt_fd = mnt_fd, .go = go[1], .pid = pid };
 	return 0;
+}
+
+void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
+{
+	if (d->pid > 0)
+		while (waitpid(d->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	if (d->mnt_fd >= 0)
+		close(d->mnt_fd); /* without a flusher, the last reference: the shutdown happens here */
+	if (d->go >= 0)
+		close(d->go); /* the flusher goes on: ours was not the last reference */
+	else if (d->mnt_fd >= 0)
+		(void)rmdir(mountpoint);
+	*d = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
 }

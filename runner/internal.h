@@ -51,10 +51,18 @@ int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, g
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released): one scan of /sys/block per start, not two. */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
-/* Detaches the storage mount at mountpoint at once; the filesystem's shutdown (journal commit, flush to the host's
- * disk) and then the loop device's release happen in a background flusher process that holds the storage lock
- * (lock_fd, shared with it) until they are done. lock_fd < 0: the caller shuts it down itself. */
-int lb_disk_umount(const char *mountpoint, int lock_fd, struct lb_error *err);
+/* Detaches the storage mount at mountpoint at once, in two halves so the caller can work while the flusher gets
+ * going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background flusher that holds the
+ * storage lock (lock_fd, shared with it); lb_disk_detach_finish() reaps the flusher's intermediate child and drops the
+ * caller's reference, after which the flusher shuts the filesystem down (journal commit, flush to the host's disk,
+ * loop device release), removes the mount point and releases the lock. lock_fd < 0: finish does it all itself. */
+struct lb_disk_detach {
+	int mnt_fd; /* O_PATH reference to the detached filesystem, -1 when nothing was mounted */
+	int go;	    /* write end the flusher waits on; -1 without a flusher (finish does the shutdown) */
+	pid_t pid;  /* the flusher's intermediate child, -1 without one */
+};
+int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err);
+void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until no loop device has storage/disk.img attached; -EBUSY if one still has. */

@@ -336,12 +336,20 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
 {
 	char path[PATH_MAX];
 	int first = 0;
-	if (umount2(state_dir, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
-		if (umount2(state_dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && first == 0)
+	bool unmounted = umount2(state_dir, UMOUNT_NOFOLLOW) == 0;
+	if (!unmounted && errno != EINVAL && errno != ENOENT) {
+		unmounted = umount2(state_dir, MNT_DETACH | UMOUNT_NOFOLLOW) == 0;
+		if (!unmounted && errno != EINVAL && first == 0)
 			first = lb_error_set(err, errno, "unmounting %s", state_dir);
 	}
-	/* Remove exactly what lb_rootfs_prepare() made (only there if the tmpfs was not); anything else left there
-	 * is a bug worth seeing. */
+	/* Everything lb_rootfs_prepare() made lives on the tmpfs just unmounted: only the mount point is left. */
+	if (unmounted) {
+		if (rmdir(state_dir) < 0 && errno != ENOENT && first == 0)
+			first = lb_error_set(err, errno, "removing %s", state_dir);
+		return first;
+	}
+	/* No tmpfs (prepare failed before mounting it, or a crash's cleanup): remove exactly what lb_rootfs_prepare()
+	 * makes; anything else left there is a bug worth seeing. */
 	static const char *const files[] = { "skel/etc/passwd",	  "skel/etc/group",	  "skel/etc/hosts",
 					     "skel/etc/hostname", "skel/etc/resolv.conf", "devskel/null",
 					     "devskel/zero",	  "devskel/full",	  "devskel/random",

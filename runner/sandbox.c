@@ -251,17 +251,41 @@ static void sandbox_free(struct lb_sandbox *sb)
 }
 
 /* Kills init, its cgroup, unmounts root and storage (the storage's flush continues in the background, disk.c).
- * Used by stop and by a failed start. */
+ * Used by stop and by a failed start. The state tmpfs is unmounted while init dies on another CPU (the sandbox's
+ * own mount namespace holds what it uses of it; the host's mount only serves to build it); the cgroups need init
+ * gone, and the storage must lose its last reference in the flusher, so both wait for init's reaping; the flusher's
+ * fork is then reaped after the cgroups are removed, by when it has usually run. */
 static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
 {
 	int first = 0;
 	struct lb_error e2;
-	if (sb->init_pidfd >= 0) {
-		/* SIGKILL to our own child through its pidfd: it cannot have been recycled. */
+	/* SIGKILL to our own child through its pidfd: it cannot have been recycled. */
+	if (sb->init_pidfd >= 0)
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+	if (have_root) {
+		lb_error_clear(&e2);
+		int r = lb_rootfs_remove(sb->state_dir, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
+	}
+	if (sb->init_pidfd >= 0) {
 		siginfo_t si;
 		while (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
 			;
+	}
+	/* The storage's mount goes first and its flusher starts while the cgroups are removed. */
+	struct lb_disk_detach detach = { .mnt_fd = -1, .go = -1, .pid = -1 };
+	if (have_disk) {
+		lb_error_clear(&e2);
+		int r = lb_disk_detach(sb->storage_mnt, sb->storage_lock, &detach, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
 	}
 	if (sb->cg) {
 		lb_error_clear(&e2);
@@ -272,24 +296,7 @@ static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struc
 				*err = e2;
 		}
 	}
-	if (have_root) {
-		lb_error_clear(&e2);
-		int r = lb_rootfs_remove(sb->state_dir, &e2);
-		if (r < 0 && first == 0) {
-			first = r;
-			if (err)
-				*err = e2;
-		}
-	}
-	if (have_disk) {
-		lb_error_clear(&e2);
-		int r = lb_disk_umount(sb->storage_mnt, sb->storage_lock, &e2);
-		if (r < 0 && first == 0) {
-			first = r;
-			if (err)
-				*err = e2;
-		}
-	}
+	lb_disk_detach_finish(&detach, sb->storage_mnt);
 	return first;
 }
 
@@ -395,8 +402,9 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		goto fail;
 	}
 	/* Processes in a cgroup of this name: the sandbox is running, or a crash left it (lb_sandbox_cleanup()
-	 * removes that). Either way it is not ours to kill: refuse, and leave it untouched. */
-	if (lb_cg_populated(sb->cg, LB_CG_INIT) || lb_cg_populated(sb->cg, LB_CG_RUN)) {
+	 * removes that). Either way it is not ours to kill: refuse, and leave it untouched. A cgroup just made by us
+	 * holds nothing. */
+	if (!sb->cg->fresh && (lb_cg_populated(sb->cg, LB_CG_INIT) || lb_cg_populated(sb->cg, LB_CG_RUN))) {
 		lb_cg_free(sb->cg);
 		sb->cg = NULL;
 		r = lb_error_setx(err, EEXIST,
