@@ -49,7 +49,7 @@ struct lb_sandbox {
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
- * loop device holds the image (lb_disk_wait_released): one scan of /sys/block per start, not two. */
+ * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
 /* Detaches the storage mount at mountpoint at once, in two halves so the caller can work while the flusher gets
  * going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background flusher that holds the
@@ -65,7 +65,8 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
-/* Waits up to timeout_ms until no loop device has storage/disk.img attached; -EBUSY if one still has. */
+/* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):
+ * asked with a write lease, or by scanning /sys/block where leases are off; -EBUSY if it is still in use. */
 int lb_disk_wait_released(const char *storage, int timeout_ms);
 
 /* rootfs.c — the new root. The host side (root in the host's namespaces) prepares a skeleton directory and mounts

@@ -88,3 +88,23 @@ def test_tmp_and_shm_sizes_follow_the_flags(env):
     assert r["stdout"] == "custom-host\n"
     r = env.run(["hostname"], flags=["--hostname", "bad\nhost"])
     assert r.rc == 1 and "hostname must be" in r["error"]
+
+
+def test_image_attached_elsewhere_is_never_mounted_twice(env):
+    # An image some loop device still holds (a crash's leftover, or an admin's losetup) must not be mounted again:
+    # two ext4 mounts of one image corrupt it. The start asks the kernel whether anything has the image open for
+    # writing (a write lease), waits 2 s, and refuses with the step named; the files are intact afterwards.
+    import subprocess
+    st = env.storage("attached")
+    r = env.python("open('/sandbox/f', 'w').write('before')", storage=st, keep=True)
+    assert r["exit_code"] == 0, r
+    dev = subprocess.run(["losetup", "-f", "--show", os.path.join(st, "disk.img")], check=True,
+                         stdout=subprocess.PIPE, text=True).stdout.strip()
+    try:
+        r = env.python("print('ran')", storage=st, keep=True)
+        assert r.rc == 1 and "ran" not in r.get("stdout", ""), r
+        assert r["error"] == f"the storage {st} is still attached to a loop device (is its sandbox running?)"
+    finally:
+        subprocess.run(["losetup", "-d", dev], check=True)
+    r = env.python("print(open('/sandbox/f').read())", storage=st)
+    assert r["stdout"] == "before\n"
