@@ -10,7 +10,8 @@ once in turn (so load from other work on a shared machine hits all of them alike
   chroot    the image's own python3 (same binary and files as in the sandbox), chroot'ed, for comparison
   bwrap     bwrap --unshare-all over the image root (read-only), fresh /proc and /dev, the image's python3
   new       lensbox-runner: start a sandbox (storage already exists, as for a returning conversation), exec
-            python3 -c pass, stop it; the policy is loaded by the tool each time, as lensboxd would not
+            python3 -c pass, stop it; the policy is loaded by the tool each time (as lensboxd would not), its
+            seccomp BPF from the tool's cache in the run directory after the warm-up run
   exec      one more exec in an already started sandbox: (T(--repeat K+1) - T(new)) / K, measured the same way, so
             it is the marginal cost of an exec as lensboxd pays it
   library   the same two from the tool's own timing_us (start + exec + stop; the later execs), without the tool's
