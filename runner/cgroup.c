@@ -280,6 +280,16 @@ int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 	return cg->version == LB_CGROUP_V2 ? lb_cg2_stats(cg, ret) : lb_cg1_stats(cg, ret);
 }
 
+void lb_cg_remove_idle_leaf(struct lb_cgroup *cg, enum lb_cg_leaf leaf)
+{
+	for (size_t i = 0; i < cg->n_dirs; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name(leaf));
+		/* rmdir of a leaf inside our own subtree; the kernel refuses it (EBUSY) while a process is in it. */
+		(void)rmdir(path);
+	}
+}
+
 int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err)
 {
 	int first = 0;

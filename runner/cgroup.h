@@ -90,6 +90,10 @@ int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
 int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret);
 int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
 
+/* Removes a leaf that holds no process, in every hierarchy (no kill): a leaf still in use stays (EBUSY) for
+ * lb_cg_destroy(). Lets stop remove the idle `run` leaf while init is still dying. */
+void lb_cg_remove_idle_leaf(struct lb_cgroup *cg, enum lb_cg_leaf leaf);
+
 /* Kills everything in both leaves, removes the leaves and the sandbox cgroup. ENOENT parts are fine. */
 int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err);
 
