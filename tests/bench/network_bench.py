@@ -128,7 +128,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20, help="attach/detach rounds per tier")
     ap.add_argument("--size", type=int, default=1024, help="MiB per download")
-    ap.add_argument("--repeat", type=int, default=5, help="direct/tier pairs per path")
+    ap.add_argument("--repeat", type=int, default=7, help="direct/tier pairs per path")
     a = ap.parse_args()
     size = a.size << 20
     w = nw.World()
