@@ -69,12 +69,21 @@ def test_cpu_limit_holds_the_share(env):
         "print(sum(q.get() for _ in ps) / 2.0)\n"
         "[p.join() for p in ps]\n"
     )
-    base = env.python(code, flags=["--cpu", "2"])  # what the shared host gives an unthrottled sandbox right now
-    r = env.python(code, flags=["--cpu", "0.5"])
-    assert r["exit_code"] == 0 and base["exit_code"] == 0, (r, base)
-    share, free = float(r["stdout"]), float(base["stdout"])
-    assert share <= 0.6, f"cpu share {share:.2f} of one core under a 0.5 quota"
-    assert share >= 0.8 * min(0.5, free), f"cpu share {share:.2f} under a 0.5 quota, {free:.2f} without"
+    # The quota must never be exceeded; that it is not stricter than asked is a lower bound that a shared host under
+    # load can push down for a moment, so it must hold in one of three interleaved tries (the upper one in all).
+    tries = []
+    for _ in range(3):
+        base = env.python(code, flags=["--cpu", "2"])  # what the shared host gives an unthrottled sandbox right now
+        r = env.python(code, flags=["--cpu", "0.5"])
+        assert r["exit_code"] == 0 and base["exit_code"] == 0, (r, base)
+        share, free = float(r["stdout"]), float(base["stdout"])
+        assert share <= 0.6, f"cpu share {share:.2f} of one core under a 0.5 quota"
+        tries.append((share, free))
+        if share >= 0.8 * min(0.5, free):
+            break
+    else:
+        raise AssertionError(f"cpu share under a 0.5 quota below 80% of it (or of an unthrottled run) three times: "
+                             f"(share, unthrottled) = {tries}")
     # The run's cgroup accounting saw at least the work the program measured (it also counts interpreter start-up;
     # no upper bound: under QEMU TCG, the VM lane, the guest's clocks disagree).
     assert r["cpu_ms"] / 1000 >= 0.8 * 2 * share
