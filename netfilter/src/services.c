@@ -48,6 +48,7 @@
 #define RELAY_IDLE_SECONDS 300
 #define PUMP_PIPE_BYTES	   (1 << 20)
 #define PUMP_COPY_BYTES	   (1 << 20)
+#define PUMP_READ_BYTES	   (1 << 18)
 
 struct lb_service {
 	pthread_t thread;
@@ -414,9 +415,9 @@ static int connect_timeout(const struct sockaddr_in *to, uint32_t timeout_ms)
  * Moving the bytes. Each relayed byte crosses two TCP connections on this host, so what a relayed download costs is
  * mostly per packet: the relay's receive, its send, and the sandbox's receive. Two ways, chosen per sandbox:
  *  - copy (the sandbox's veth takes segments over 64 KiB: lb_net_config.veth_gso_max, Linux >= 6.3): recv() into a
- *    1 MiB buffer and send() it. The kernel copies the bytes into its own 32 KiB pages, so the relay's segments to
- *    the sandbox reach the veth's size (256 KiB by default): a quarter of the packets of the 64 KiB default, which
- *    more than pays for the two copies;
+ *    1 MiB buffer, 256 KiB at a time, and send() it. The kernel copies the bytes into its own 32 KiB pages, so the
+ *    relay's segments to the sandbox reach the veth's size (256 KiB by default): a quarter of the packets of the
+ *    64 KiB default, which more than pays for the two copies;
  *  - splice (otherwise): through a 1 MiB pipe, without copying. Spliced pages stay the 4 KiB pages they arrived in,
  *    and a segment holds at most 17 of them, so larger segments would not help it; at 64 KiB it beats copying.
  * Measured with tests/bench/network_bench.py (docs/network.md). Both honour the sockets' SO_RCVTIMEO/SO_SNDTIMEO.
@@ -427,9 +428,18 @@ static void pump_copy(int in, int out)
 	if (!buf)
 		return;
 	for (;;) {
-		ssize_t n = recv(in, buf, PUMP_COPY_BYTES, 0);
+		/* Reads of 256 KiB, as many as are queued, then one send: a recv() holds the socket for its whole copy,
+		 * and the segments (and their acknowledgements) arriving meanwhile wait; a short hold keeps the sender
+		 * going, and the send still gets up to 1 MiB to cut into large segments. */
+		ssize_t n = recv(in, buf, PUMP_READ_BYTES, 0);
 		if (n <= 0)
 			return;
+		while ((size_t)n + PUMP_READ_BYTES <= PUMP_COPY_BYTES) {
+			ssize_t more = recv(in, buf + n, PUMP_READ_BYTES, MSG_DONTWAIT);
+			if (more <= 0)
+				break; /* nothing queued (or end, or an error: the next blocking recv() reports it) */
+			n += more;
+		}
 		for (ssize_t off = 0; off < n;) {
 			ssize_t w = send(out, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
 			if (w <= 0)
