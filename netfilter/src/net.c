@@ -451,10 +451,11 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 	r = lb_veth_setup_host(ifname, gw, err);
 	if (r < 0)
 		goto fail;
-	/* Larger segments from the host into the sandbox cut the relay's per-packet cost (services.c). Best effort: a
-	 * kernel without IPv4 BIG TCP keeps 64 KiB and the relay then splices instead of copying. */
+	/* Larger segments from the host into the sandbox cut the relay's per-packet cost (services.c); only `packages`
+	 * sandboxes talk to the relay, so only their veth changes. Best effort: a kernel without IPv4 BIG TCP keeps
+	 * 64 KiB and the relay then splices instead of copying. */
 	bool big = false;
-	if (ctx->veth_gso_max > 65536) {
+	if (t == LB_TIER_PACKAGES && ctx->veth_gso_max > 65536) {
 		uint32_t gso = 0;
 		struct lb_error gso_err;
 		big = lb_veth_set_gso_ipv4_max(ifindex, ctx->veth_gso_max, &gso, &gso_err) == 0 &&

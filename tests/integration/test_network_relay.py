@@ -1,6 +1,6 @@
 """The `packages` relay's two ways of moving bytes, in a sealed network world (tests/lensbox_testlib/networld.py).
 
-lensbox sets the host side of each sandbox's veth to take 256 KiB TCP segments (IPv4 BIG TCP, Linux >= 6.3) and the
+lensbox sets the host side of each `packages` sandbox's veth to take 256 KiB TCP segments (IPv4 BIG TCP, Linux >= 6.3) and the
 relay then copies (recv/send) so that its segments to the sandbox are that large; with `--veth-gso-max 65536` (or on
 an older kernel) the veth keeps 64 KiB and the relay splices. Both must carry a bulk download byte for byte, over
 plain HTTP (length checked against Content-Length) and HTTPS (TLS authenticates every record, so any lost, repeated
@@ -65,6 +65,13 @@ def test_host_side_segment_size(world):
         return
     expect = 256 * 1024 if world.mode == "default" else 65536
     assert r.stdout.strip() == str(expect), r.stdout
+
+
+def test_other_tiers_keep_the_classic_size(world):
+    web = world.add_sandbox("web", "web")
+    r = nw.sh(nw.PY, "-c", GSO_READER, web["ifname"], ns=world.host)
+    assert r.stdout.strip() == ("65536" if kernel_has_ipv4_big_tcp() else "absent"), r.stdout
+    world.ctl.ok("detach web")
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])

@@ -29,9 +29,9 @@
 /* The name server every networked sandbox is given: a link-local address that never leaves the host. The sandbox's
  * DNS to it (or to its gateway) is redirected to lensboxd's resolver; DNS to anything else is refused. */
 #define LB_NET_RESOLVER_ADDR "169.254.53.53"
-/* The largest TCP segment (GSO unit) the host hands to its side of a sandbox's veth, IPv4: 256 KiB where the kernel
- * has IPv4 BIG TCP (Linux >= 6.3; older kernels keep 64 KiB). Fewer, larger packets are what make the packages relay
- * nearly as fast as a direct download (docs/network.md, "Benchmark"). */
+/* The largest TCP segment (GSO unit) the host hands to its side of a `packages` sandbox's veth, IPv4: 256 KiB where
+ * the kernel has IPv4 BIG TCP (Linux >= 6.3; older kernels, and other tiers, keep 64 KiB). Fewer, larger packets are
+ * what make the packages relay nearly as fast as a direct download (docs/network.md, "Benchmark"). */
 #define LB_NET_DEFAULT_VETH_GSO_MAX (256u * 1024)
 #define LB_NET_MAX_VETH_GSO_MAX	    524280u /* the veth driver's own limit */
 
