@@ -179,7 +179,7 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 		goto release;
 	}
 	const char *argv[] = { python ? "python3" : "bash", inside, NULL };
-	const char *env[] = { "HOME=/sandbox", "PYTHONPATH=/sandbox", NULL };
+	const char *env[] = LBD_RUN_ENV_INIT;
 	size_t window = (size_t)limit * 4 + 4;
 	struct lb_exec_spec es = {
 		.argv = argv,

@@ -153,6 +153,12 @@ void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t 
 /* Every sandbox lensboxd starts has this hostname: a spare is started before it has a name, and a conversation's
  * name is no business of the code it runs. */
 #define LBD_SANDBOX_HOSTNAME "sandbox"
+/* What a run's program gets on top of the runner's clean environment (and a spare's warming run too, so that it
+ * warms the same lookups: Python searches PYTHONPATH first for every module it imports at start). */
+#define LBD_RUN_ENV_INIT                                     \
+	{                                                    \
+		"HOME=/sandbox", "PYTHONPATH=/sandbox", NULL \
+	}
 
 /* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
 struct lbd_fail {

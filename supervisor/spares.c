@@ -159,9 +159,13 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 		 * has a root filesystem of its own), ~3-5 ms for Python. A spare pays it now, with a program that
 		 * writes nothing, so the conversation's first run does not. */
 		static const char *const argv[] = { "python3", "-c", "pass", NULL };
-		struct lb_exec_spec es = {
-			.argv = argv, .timeout_ms = 10000, .stdout_limit = 256, .stderr_limit = 256
-		};
+		static const char *const env[] = LBD_RUN_ENV_INIT;
+		struct lb_exec_spec es = { .argv = argv,
+					   .env = env,
+					   .cwd = "/sandbox",
+					   .timeout_ms = 10000,
+					   .stdout_limit = 256,
+					   .stderr_limit = 256 };
 		struct lb_exec_result res = { 0 };
 		r = lb_sandbox_exec(sp->live, &es, &res, err);
 		if (r >= 0 && (res.exit_code != 0 || res.signal != 0))

@@ -11,7 +11,8 @@ Four figures, each the median of N rounds, measured from this process (wall cloc
             the daemon hands it the spare it started ahead of time. Before each such run the benchmark waits,
             untimed, until the spare is ready again (GET /v1/health), i.e. new conversations arrive no faster than
             one refill (~20 ms of work, started 200 ms after a claim); a burst larger than the pool gets the next
-            figure for the runs past it
+            figure for the runs past it. The four variants run in an order that rotates every round, since the
+            first after that wait runs with colder caches
   cold      the first run in a new sandbox of a second lensboxd with spare_sandboxes = 0: created, storage made,
             started, run
 Targets (issue 4): existing <= 1.1x bare, new <= 1.3x bare. Runs as root against two private lensboxd.
@@ -84,14 +85,20 @@ def main():
             api_run(d.socket, existing_name, body)
         bare_ms, existing_ms, new_ms, cold_ms, inside_ms = [], [], [], [], []
         for i in range(args.rounds):
-            # interleaved so that any drift of the machine hits all of them alike
-            bare_ms.append(timed(bare))
-            existing_ms.append(timed(lambda: inside_ms.append(api_run(d.socket, existing_name, body)["duration_ms"])))
-            spare_ready()
-            fresh = d.name(f"new{i}")
-            new_ms.append(timed(lambda: api_run(d.socket, fresh, body)))
-            cold = cold_d.name(f"cold{i}")
-            cold_ms.append(timed(lambda: api_run(cold_d.socket, cold, body)))
+            spare_ready()  # not timed; the machine idles a moment here
+            fresh, cold = d.name(f"new{i}"), cold_d.name(f"cold{i}")
+            variants = [
+                lambda: bare_ms.append(timed(bare)),
+                lambda: existing_ms.append(timed(
+                    lambda: inside_ms.append(api_run(d.socket, existing_name, body)["duration_ms"]))),
+                lambda: new_ms.append(timed(lambda: api_run(d.socket, fresh, body))),
+                lambda: cold_ms.append(timed(lambda: api_run(cold_d.socket, cold, body))),
+            ]
+            # Interleaved, so any drift of the machine hits all of them alike, and in an order that rotates every
+            # round: the first one after the idle moment runs with colder caches, and each variant is first as
+            # often as the others.
+            for k in range(len(variants)):
+                variants[(i + k) % len(variants)]()
             d.request("DELETE", f"/v1/sandboxes/{fresh}")  # not timed
             cold_d.request("DELETE", f"/v1/sandboxes/{cold}")
         fresh_names = {f"sandbox={d.name(f'new{i}')} " for i in range(args.rounds)}
