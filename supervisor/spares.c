@@ -122,7 +122,7 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 	sp->cpu_millicores = d->cfg.default_cpu_millicores;
 	sp->memory_bytes = d->cfg.default_memory_bytes;
 	sp->disk_bytes = d->cfg.default_disk_bytes;
-	if ((r = lb_store_spare_add(d->store, lbd_now_ms(), &sp->uid, err)) < 0) {
+	if (lb_store_spare_add(d->store, lbd_now_ms(), &sp->uid, err) < 0) {
 		lbd_image_release(&img);
 		free(sp);
 		return NULL;
