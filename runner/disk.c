@@ -128,7 +128,7 @@ int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, g
 		unlink(tmp);
 		return r;
 	}
-	return 0;
+	return 1;
 }
 
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err)

@@ -47,6 +47,8 @@ struct lb_sandbox {
 /* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
 /* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
+/* Makes <storage>/disk.img (an ext4 filesystem of disk_bytes) unless it exists, growing an existing one to a larger
+ * limit. Returns 1 when it made a new filesystem, 0 when one was there. */
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released). */

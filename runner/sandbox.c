@@ -434,11 +434,20 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		lb_error_wrap(err, "preparing the storage");
 		goto fail;
 	}
+	bool fresh_fs = r == 1;
 	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
 		lb_error_wrap(err, "mounting the storage");
 		goto fail;
 	}
 	have_disk = true;
+	/* mke2fs's empty lost+found means nothing to the sandbox's programs (only e2fsck uses it, and makes it again
+	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox has seen, so
+	 * nothing in it can be a planted link; rmdir removes only an empty directory. A failure is cosmetic. */
+	if (fresh_fs) {
+		char lf[PATH_MAX];
+		snprintf(lf, sizeof(lf), "%s/lost+found", sb->storage_mnt);
+		(void)rmdir(lf);
+	}
 	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
 	struct stat rst;
 	if (stat(sb->storage_mnt, &rst) < 0 ||

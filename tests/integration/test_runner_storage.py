@@ -31,6 +31,15 @@ def test_files_persist_across_start_and_stop(env):
     assert not os.path.exists(st)
 
 
+def test_new_storage_is_empty(env):
+    # mke2fs's lost+found is removed from a filesystem made for a new storage: the program sees an empty /sandbox
+    st = env.storage("empty")
+    r = env.python("import os; print(os.listdir('/sandbox'))", storage=st, keep=True)
+    assert r["stdout"] == "[]\n", r
+    r = env.python("import os; print(os.listdir('/sandbox'))", storage=st)  # and at the next start of it
+    assert r["stdout"] == "[]\n", r
+
+
 def test_disk_limit_gives_enospc_and_bounds_host_usage(env):
     st = env.storage("full")
     code = (
