@@ -876,6 +876,12 @@ static int cmd_health(const struct opts *o, int argc, char **argv)
 		snprintf(buf, sizeof(buf), "%lld running, %lld stopped", (long long)lbc_jint(sbs, "running", 0),
 			 (long long)lbc_jint(sbs, "stopped", 0));
 		line("sandboxes:", buf);
+		yajl_val spares = lbc_jget(h, "spares");
+		if (spares) {
+			snprintf(buf, sizeof(buf), "%lld ready of %lld", (long long)lbc_jint(spares, "ready", 0),
+				 (long long)lbc_jint(spares, "target", 0));
+			line("spares:", buf);
+		}
 		snprintf(buf, sizeof(buf), "%lld", (long long)lbc_jint(h, "runs_in_flight", 0));
 		line("running now:", buf);
 		int64_t up = lbc_jint(h, "uptime_seconds", -1);

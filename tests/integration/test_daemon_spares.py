@@ -5,11 +5,12 @@ take one, the pool refills, and nothing of a spare outlives the daemon — neith
 restart (reconciliation removes the last instance's spares)."""
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon, image_tool  # noqa: E402
+from lensbox_testlib.lensboxd import BUILD_DIR, Daemon, image_tool  # noqa: E402
 
 
 def wait_for(pred, seconds):
@@ -65,6 +66,16 @@ def test_first_run_takes_a_spare_and_the_pool_refills():
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         now = spare_uids(d)
         assert len(now) == 2 and sb["host_uid"] not in now
+
+
+def test_cli_health_shows_the_spares():
+    lensbox = os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox")
+    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        p = subprocess.run([lensbox, "health"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, LENSBOX_SOCKET=d.socket))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "spares:      2 ready of 2\n" in p.stdout, p.stdout
 
 
 def test_two_claimed_spares_are_two_separate_sandboxes():
