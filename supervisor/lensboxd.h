@@ -150,6 +150,11 @@ void lbd_images_tick(struct lbd *d);
 void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX]);
 /* <state_dir>/sandboxes/<runner key>: the storage (disk image, lock) of the sandbox or spare holding host_uid. */
 void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size);
+/* The runner's spec for a sandbox of store spec `spec` under host uid `uid`, from image `img`: the one place that
+ * turns a spec into limits, tier and policy, so a spare and a sandbox started on demand are built alike. key and
+ * storage are the caller's (lbd_runner_key, lbd_storage_path) and, like img, must outlive *ret. */
+void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
+		     const char *key, const char *storage, struct lb_sandbox_spec *ret);
 /* Every sandbox lensboxd starts has this hostname: a spare is started before it has a name, and a conversation's
  * name is no business of the code it runs. */
 #define LBD_SANDBOX_HOSTNAME "sandbox"

@@ -105,6 +105,31 @@ static enum lb_net_tier tier_of(const char *network)
 	return LB_NET_OFF;
 }
 
+void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
+		     const char *key, const char *storage, struct lb_sandbox_spec *ret)
+{
+	const struct lb_limits_policy *lp = &d->policy->limits;
+	*ret = (struct lb_sandbox_spec){
+		.name = key,
+		.hostname = LBD_SANDBOX_HOSTNAME,
+		.rootfs = img->info->rootfs,
+		.storage = storage,
+		.run_dir = d->cfg.run_dir,
+		.host_uid = uid,
+		.host_gid = uid,
+		.limits = { .cpu_millicores = spec->cpu_millicores,
+			    .memory_bytes = spec->memory_bytes,
+			    .pids = lp->pids,
+			    .disk_bytes = spec->disk_bytes ? spec->disk_bytes : d->cfg.default_disk_bytes,
+			    .tmp_bytes = lp->tmp_bytes,
+			    .shm_bytes = lp->shm_bytes },
+		.network = tier_of(spec->network),
+		.image_env = (const char *const *)img->info->env,
+		.resolv_conf = lb_net_resolv_conf(spec->network),
+		.policy = d->policy,
+	};
+}
+
 static void log_fields(char *buf, size_t size, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static void log_fields(char *buf, size_t size, const char *name, const char *fmt, ...)
@@ -405,27 +430,8 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	snprintf(digest, sizeof(digest), "%s", use->digest);
 	if (!from_spare) {
 		lbd_runner_key(row->host_uid, key);
-		const struct lb_limits_policy *lp = &d->policy->limits;
-		struct lb_sandbox_spec spec = {
-			.name = key,
-			.hostname = LBD_SANDBOX_HOSTNAME,
-			.rootfs = use->info->rootfs,
-			.storage = storage,
-			.run_dir = d->cfg.run_dir,
-			.host_uid = row->host_uid,
-			.host_gid = row->host_gid,
-			.limits = { .cpu_millicores = row->spec.cpu_millicores,
-				    .memory_bytes = row->spec.memory_bytes,
-				    .pids = lp->pids,
-				    .disk_bytes =
-					row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
-				    .tmp_bytes = lp->tmp_bytes,
-				    .shm_bytes = lp->shm_bytes },
-			.network = tier_of(row->spec.network),
-			.image_env = (const char *const *)use->info->env,
-			.resolv_conf = lb_net_resolv_conf(row->spec.network),
-			.policy = d->policy,
-		};
+		struct lb_sandbox_spec spec;
+		lbd_runner_spec(d, &row->spec, row->host_uid, use, key, storage, &spec);
 		r = lb_sandbox_start(&spec, &live, &err);
 		if (r < 0) {
 			lbd_image_release(&img);

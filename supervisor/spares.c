@@ -28,9 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lb/images.h"
 #include "lb/log.h"
-#include "lb/netfilter.h"
 #include "lensboxd.h"
 
 /* After a failure to make a spare, the thread waits this long before trying again (and logs once per wait). */
@@ -44,11 +42,8 @@ struct spare {
 	struct spare *next;
 	uint32_t uid;
 	struct lb_sandbox *live;
-	char image[sizeof(((struct lbd_config *)0)->default_image)];
+	struct lb_store_spec spec; /* the default spec when it was made (timers aside) */
 	char digest[LB_STORE_DIGEST_MAX + 1];
-	char network[16];
-	uint32_t cpu_millicores;
-	uint64_t memory_bytes, disk_bytes;
 };
 
 struct lbd_spares {
@@ -61,11 +56,6 @@ struct lbd_spares {
 	pthread_t thread;
 	bool thread_started;
 };
-
-static const char *network_name(int tier)
-{
-	return tier == LB_NET_WEB ? "web" : tier == LB_NET_PACKAGES ? "packages" : "off";
-}
 
 /* Stops a spare's sandbox, removes its storage and releases its uid. Never under mu. */
 static void discard(struct lbd *d, struct spare *sp, const char *why)
@@ -99,15 +89,17 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 		lb_error_setx(err, ENOSYS, "this host cannot run sandboxes: %s", why);
 		return NULL;
 	}
-	const char *network = network_name(d->cfg.default_network);
-	why = lbd_network_unavailable(d, network);
+	struct lbd_spec_request defaults;
+	lbd_spec_defaults(d, &defaults);
+	const struct lb_store_spec *spec = &defaults.spec;
+	why = lbd_network_unavailable(d, spec->network);
 	if (why) {
-		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", network, why);
+		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", spec->network, why);
 		return NULL;
 	}
 	struct lbd_image img;
 	/* No pull: a spare is made only from an image that is here; no touch: a spare is not a use. */
-	int r = lbd_image_get(d, d->cfg.default_image, false, false, &img, NULL, err);
+	int r = lbd_image_get(d, spec->image, false, false, &img, NULL, err);
 	if (r < 0)
 		return NULL;
 	struct spare *sp = calloc(1, sizeof(*sp));
@@ -116,12 +108,8 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 		lb_error_setx(err, ENOMEM, "out of memory");
 		return NULL;
 	}
-	snprintf(sp->image, sizeof(sp->image), "%s", d->cfg.default_image);
+	sp->spec = *spec;
 	snprintf(sp->digest, sizeof(sp->digest), "%s", img.digest);
-	snprintf(sp->network, sizeof(sp->network), "%s", network);
-	sp->cpu_millicores = d->cfg.default_cpu_millicores;
-	sp->memory_bytes = d->cfg.default_memory_bytes;
-	sp->disk_bytes = d->cfg.default_disk_bytes;
 	if (lb_store_spare_add(d->store, lbd_now_ms(), &sp->uid, err) < 0) {
 		lbd_image_release(&img);
 		free(sp);
@@ -132,27 +120,9 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 	lbd_storage_path(d, sp->uid, storage, sizeof(storage));
 	/* A storage left under this uid by a crash belongs to nobody (the uid was free): the spare starts empty. */
 	lb_sandbox_destroy_storage(storage, NULL);
-	const struct lb_limits_policy *lp = &d->policy->limits;
-	struct lb_sandbox_spec spec = {
-		.name = key,
-		.hostname = LBD_SANDBOX_HOSTNAME,
-		.rootfs = img.info->rootfs,
-		.storage = storage,
-		.run_dir = d->cfg.run_dir,
-		.host_uid = sp->uid,
-		.host_gid = sp->uid,
-		.limits = { .cpu_millicores = sp->cpu_millicores,
-			    .memory_bytes = sp->memory_bytes,
-			    .pids = lp->pids,
-			    .disk_bytes = sp->disk_bytes,
-			    .tmp_bytes = lp->tmp_bytes,
-			    .shm_bytes = lp->shm_bytes },
-		.network = d->cfg.default_network,
-		.image_env = (const char *const *)img.info->env,
-		.resolv_conf = lb_net_resolv_conf(network),
-		.policy = d->policy,
-	};
-	r = lb_sandbox_start(&spec, &sp->live, err);
+	struct lb_sandbox_spec rs;
+	lbd_runner_spec(d, &sp->spec, sp->uid, &img, key, storage, &rs);
+	r = lb_sandbox_start(&rs, &sp->live, err);
 	lbd_image_release(&img);
 	if (r >= 0) {
 		/* Warming: the first program to run in a new sandbox pays for filling its root's caches (each sandbox
@@ -386,9 +356,10 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 	struct spare *sp = NULL;
 	for (struct spare **pp = &s->list; *pp; pp = &(*pp)->next) {
 		struct spare *c = *pp;
-		if (strcmp(c->image, row->spec.image) == 0 && strcmp(c->digest, digest) == 0 &&
-		    strcmp(c->network, row->spec.network) == 0 && c->cpu_millicores == row->spec.cpu_millicores &&
-		    c->memory_bytes == row->spec.memory_bytes && c->disk_bytes == disk) {
+		const struct lb_store_spec *cs = &c->spec;
+		if (strcmp(cs->image, row->spec.image) == 0 && strcmp(c->digest, digest) == 0 &&
+		    strcmp(cs->network, row->spec.network) == 0 && cs->cpu_millicores == row->spec.cpu_millicores &&
+		    cs->memory_bytes == row->spec.memory_bytes && cs->disk_bytes == disk) {
 			*pp = c->next;
 			sp = c;
 			s->ready--;
