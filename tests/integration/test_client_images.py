@@ -10,7 +10,6 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,19 +26,10 @@ from lensbox_testlib import oci  # noqa: E402
 from lensbox_testlib.images import default_image_archive, import_default_image  # noqa: E402
 from lensbox_testlib.lensboxd import DEFAULT_IMAGE, Daemon  # noqa: E402
 from lensbox_testlib.oci import f, tar_layer  # noqa: E402
-from test_api_images import registry, store_dir, tiny_layout  # noqa: E402,F401  (registry is a fixture)
+from test_api_images import _tools, registry, store_dir, tiny_layout  # noqa: E402,F401  (_tools, registry: fixtures)
 from test_image_pull import Front, push  # noqa: E402
 
 DEFAULT_FULL = "docker.io/library/" + DEFAULT_IMAGE
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _tools():
-    if os.geteuid() != 0:
-        pytest.fail("run as root: lensboxd and its imports need it")
-    for t in ("docker-registry", "skopeo"):
-        if not shutil.which(t):
-            pytest.fail(f"{t} is not installed: run scripts/install-deps")
 
 
 def raises(fn, status, code):

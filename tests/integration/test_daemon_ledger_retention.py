@@ -5,7 +5,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon, wait_for  # noqa: E402
 
 KEEP_SECONDS = 4  # the timer then prunes every 0.4 s
 
@@ -19,15 +19,6 @@ def ledger(d, name):
 def runs_total(d):
     text = d.raw("GET", "/metrics")[2].decode()
     return sum(int(line.split()[-1]) for line in text.splitlines() if line.startswith("lensbox_runs_total{"))
-
-
-def wait_for(pred, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def test_keep_max_then_keep_days():

@@ -10,21 +10,12 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon, image_tool  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon, image_tool, wait_for  # noqa: E402
 
 
 def state(d, n):
     status, b = d.request("GET", f"/v1/sandboxes/{n}")
     return b["state"] if status == 200 else status
-
-
-def wait_for(pred, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 @pytest.fixture

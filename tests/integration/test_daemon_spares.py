@@ -7,19 +7,9 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import BUILD_DIR, Daemon, image_tool  # noqa: E402
-
-
-def wait_for(pred, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
+from lensbox_testlib.lensboxd import BUILD_DIR, Daemon, image_tool, wait_for  # noqa: E402
 
 
 def spares(d):

@@ -72,6 +72,16 @@ def shared_images_dir():
     return root
 
 
+
+def wait_for(pred, seconds, step=0.05):
+    """Polls pred every `step` seconds until it is true or `seconds` have passed; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
 class Daemon:
     def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None, dir_mode=0o700):
         assert os.path.isfile(LENSBOXD), f"{LENSBOXD} was not built (cmake --build the lensboxd target)"

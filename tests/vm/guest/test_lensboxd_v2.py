@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import sys
-import time
 
 import pytest
 
@@ -24,7 +23,7 @@ from vmfacts import expected_abi
 vmfacts.skip_unless_guest()
 
 sys.path.insert(0, os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "tests"))
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon, wait_for  # noqa: E402
 
 CG = "/sys/fs/cgroup"
 UNIT = os.environ["LENSBOX_VM_SYSTEMD_UNIT"]
@@ -34,15 +33,6 @@ SHIPPED_POLICY = os.path.join(os.environ["LENSBOX_SOURCE_DIR"], "policy")
 def read(path):
     with open(path) as f:
         return f.read().strip()
-
-
-def wait_for(pred, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def state(d, name):
