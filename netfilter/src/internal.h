@@ -54,7 +54,11 @@ struct lb_net {
 	uint32_t timeout_ms;
 	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
+	char *offload_template; /* offload.nft; NULL when cfg->no_flow_offload */
 	char uplinks[64];	/* interfaces whose forwarding lb_net_init() turned on */
+	bool offload;		/* the flowtable is part of the table: web sandboxes' veths join it. Written at
+				   init and by verify (under lock); read under lock */
+	char offload_why[160];	/* why not, when !offload */
 	char npm_registry[128]; /* host added from `npm config get registry`, or "" */
 	struct lb_service *resolver, *relay;
 	atomic_uint relay_conns;		     /* live relay connections (bounded by LB_RELAY_CONNS_MAX) */
@@ -73,11 +77,18 @@ int lb_nft_run(const char *cmds, char **ret_out, struct lb_error *err);
 /* Replaces every "{{KEY}}" of tmpl with its value; unknown keys are an error. */
 int lb_template_fill(const char *tmpl, const char *const *keys, const char *const *vals, size_t n, char **ret,
 		     struct lb_error *err);
-/* Deletes the per-sandbox objects (sb<slot>_*) and map elements (lbh<slot>) that exist. */
+/* Deletes the per-sandbox objects (sb<slot>_*), map elements (lbh<slot>) and flowtable device (lbh<slot>) that
+ * exist. */
 int lb_nft_remove_slot(unsigned slot, struct lb_error *err);
-/* Slots that have any object in the table: bitmap of n bits set (caller's array of n bools). */
+/* Slots that have any object in the table (or their veth in the flowtable): bitmap of n bits set (caller's array of
+ * n bools). */
 int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err);
 int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err);
+/* The flowtable's name (offload.nft) and the command adding (add=true) or removing ifname from its devices. */
+#define LB_NFT_FLOWTABLE "fastpath"
+int lb_nft_flowtable_device_cmd(bool add, const char *ifname, char **ret, struct lb_error *err);
+/* Whether the flowtable exists in lensbox's table. */
+bool lb_nft_flowtable_present(void);
 /* Whether some other table has a base chain on hook_name ("forward", "input") with policy drop; describes the
  * first in desc. */
 int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t size);
@@ -98,7 +109,8 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t add
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_down(const char *host_ifname, struct lb_error *err);
-/* Turns IPv4 forwarding on for the interfaces of the main table's default routes; their names go into names. */
+/* Turns IPv4 forwarding on for the interfaces of the main table's default routes; their names go into names,
+ * separated by one space (the uplinks: offload.nft's flowtable holds the same devices). */
 int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err);
 /* Calls fn for each host-side veth named LB_NET_IFPREFIX<N> with its slot and alias (may be ""). */
 int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void *data, struct lb_error *err);

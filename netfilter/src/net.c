@@ -7,9 +7,13 @@
  *                  + 2   the sandbox (eth0 inside)   + 3   broadcast
  *
  * Order of attach: slot taken (under the lock) -> veth created into the sandbox's netns -> host side addressed ->
- * sandbox side addressed and routed -> the tier's rules loaded in one nft transaction. Until the last step the
- * base chains drop everything from lbh<N> (no map element), so a half-built sandbox reaches nothing. Any failure
- * undoes the earlier steps. Detach runs the other way: rules first, then the veth.
+ * sandbox side addressed and routed -> the tier's rules (and, for `web` with offload on, the veth's place in the
+ * flowtable) loaded in one nft transaction. Until the last step the base chains drop everything from lbh<N> (no map
+ * element), so a half-built sandbox reaches nothing. Any failure undoes the earlier steps. Detach runs the other way:
+ * rules and flowtable device first, then the veth.
+ * Offload (policy/network/offload.nft) is optional: lb_net_init() tries it once after the base table and the
+ * uplinks are in place; a kernel without flowtables refuses that transaction as a whole and lensbox goes on without
+ * it, saying why in lb_net_health().
  * Invariants: a slot is used iff its sandbox has (or is getting) a veth; names and tiers are validated before use.
  */
 #include <arpa/inet.h>
@@ -166,6 +170,51 @@ static int load_base(struct lb_net *ctx, struct lb_error *err)
 	return 0;
 }
 
+/* Adds the flowtable of offload.nft over the uplinks, when configured and the kernel has flowtables; records the
+ * outcome in ctx->offload / offload_why. Never fails: without the flowtable every packet takes the ordinary path. */
+static void load_offload(struct lb_net *ctx)
+{
+	char why[sizeof(ctx->offload_why)] = "";
+	bool on = false;
+	_cleanup_free_ char *devs = NULL, *text = NULL;
+	size_t dlen = 0;
+	struct lb_error err = { 0 };
+	if (!ctx->offload_template) {
+		snprintf(why, sizeof(why), "turned off in the configuration (no_flow_offload)");
+		goto done;
+	}
+	if (!ctx->uplinks[0]) {
+		snprintf(why, sizeof(why), "no uplink: the host has no default route");
+		goto done;
+	}
+	/* "up0 eth1" -> "\"up0\", \"eth1\"": names of the host's own interfaces, from rtnetlink */
+	FILE *f = open_memstream(&devs, &dlen);
+	if (!f) {
+		snprintf(why, sizeof(why), "out of memory");
+		goto done;
+	}
+	char list[sizeof(ctx->uplinks)];
+	memcpy(list, ctx->uplinks, sizeof(list));
+	char *save = NULL;
+	for (char *dev = strtok_r(list, " ", &save); dev; dev = strtok_r(NULL, " ", &save))
+		fprintf(f, "%s\"%s\"", ftell(f) ? ", " : "", dev);
+	fclose(f);
+	const char *keys[] = { "UPLINKS" };
+	const char *vals[] = { devs };
+	if (lb_template_fill(ctx->offload_template, keys, vals, 1, &text, &err) < 0 ||
+	    lb_nft_run(text, NULL, &err) < 0) {
+		/* the usual reason: a kernel built without CONFIG_NF_FLOW_TABLE ("No such file or directory") */
+		snprintf(why, sizeof(why), "the kernel refused the flowtable (nf_flow_table): %.100s", err.msg);
+		goto done;
+	}
+	on = true;
+done:
+	pthread_mutex_lock(&ctx->lock);
+	ctx->offload = on;
+	snprintf(ctx->offload_why, sizeof(ctx->offload_why), "%s", why);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 static void mark_existing(unsigned slot, const char *alias, void *data)
 {
 	struct lb_net *ctx = data;
@@ -274,6 +323,11 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	r = read_policy_file(cfg->policy_dir, "packages.nft", &ctx->packages_template, err);
 	if (r < 0)
 		goto fail;
+	if (!cfg->no_flow_offload) {
+		r = read_policy_file(cfg->policy_dir, "offload.nft", &ctx->offload_template, err);
+		if (r < 0)
+			goto fail;
+	}
 
 	r = load_base(ctx, err);
 	if (r < 0)
@@ -283,6 +337,7 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		lb_error_wrap(err, "enabling forwarding on the uplink");
 		goto fail;
 	}
+	load_offload(ctx); /* after the uplinks are known: they are the flowtable's first devices */
 	r = lb_veth_list(mark_existing, ctx, err);
 	if (r < 0)
 		goto fail;
@@ -327,6 +382,7 @@ void lb_net_free(struct lb_net *ctx)
 	lb_name_list_free(&ctx->packages);
 	free(ctx->web_template);
 	free(ctx->packages_template);
+	free(ctx->offload_template);
 	free(ctx->slots);
 	if (ctx->shared)
 		munmap(ctx->shared, ctx->n_slots * sizeof(*ctx->shared));
@@ -385,12 +441,24 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier_id t,
 		"SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR"
 	};
 	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport, LB_NET_RESOLVER_ADDR };
-	_cleanup_free_ char *rules = NULL;
+	_cleanup_free_ char *rules = NULL, *device = NULL, *all = NULL;
 	int r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
 				 LB_ARRAY_SIZE(keys), &rules, err);
 	if (r < 0)
 		return lb_error_wrap(err, "network/%s.nft", tier);
-	r = lb_nft_run(rules, NULL, err);
+	pthread_mutex_lock(&ctx->lock);
+	bool offload = ctx->offload;
+	pthread_mutex_unlock(&ctx->lock);
+	/* A web sandbox's veth joins the flowtable in the same transaction as its rules (offload.nft says why only
+	 * connections its rules accepted can take it). */
+	if (t == LB_TIER_WEB && offload) {
+		r = lb_nft_flowtable_device_cmd(true, ifname, &device, err);
+		if (r < 0)
+			return r;
+		if (asprintf(&all, "%s\n%s", rules, device) < 0)
+			return lb_error_set(err, ENOMEM, "building the rules of slot %u", slot);
+	}
+	r = lb_nft_run(all ? all : rules, NULL, err);
 	if (r < 0)
 		return lb_error_wrap(err, "loading network/%s.nft", tier);
 	return 0;
@@ -543,6 +611,13 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 {
 	struct lb_error e2;
 	bool table = lb_nft_run("list table inet lensbox", NULL, &e2) == 0;
+	pthread_mutex_lock(&ctx->lock);
+	bool offload = ctx->offload;
+	pthread_mutex_unlock(&ctx->lock);
+	/* A table that lost its flowtable (someone flushed `allowed` and deleted it) is reloaded whole, with every
+	 * sandbox's rules: the flowtable's devices come back with them. Only speed depends on it, never a policy. */
+	if (table && offload && !lb_nft_flowtable_present())
+		table = false;
 	int r = lb_nft_slots_present(present, ctx->n_slots, err);
 	if (r < 0)
 		return lb_error_wrap(err, "verifying the network rules");
@@ -570,6 +645,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 		r = load_base(ctx, err);
 		if (r < 0)
 			return lb_error_wrap(err, "reloading lensbox's table");
+		load_offload(ctx);
 	}
 	for (size_t i = 0; i < ctx->n_slots; i++) {
 		if (!broken[i])
@@ -727,6 +803,11 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	h->services_isolated = ctx->services_uid != 0;
 	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
 	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
+	pthread_mutex_lock(&ctx->lock);
+	h->flow_offload = ctx->offload && h->table_loaded;
+	snprintf(h->flow_offload_why, sizeof(h->flow_offload_why), "%s",
+		 !h->table_loaded ? "lensbox's table is not loaded" : ctx->offload_why);
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 const char *lb_net_resolv_conf(const char *tier)

@@ -8,7 +8,8 @@
  * validated against ^[a-z0-9][a-z0-9._-]{0,62}$ before it reaches a comment, so nothing from outside is parsed by nft.
  *
  * Layout (see policy/network/base.nft): sandbox N owns chains, sets and a counter named sb<N>_*, and one element
- * keyed "lbh<N>" in each of the verdict maps sandbox_pre, sandbox_dnat, sandbox_in and sandbox_fwd.
+ * keyed "lbh<N>" in each of the verdict maps sandbox_pre, sandbox_dnat, sandbox_in and sandbox_fwd; a `web` sandbox
+ * also has its veth lbh<N> among the devices of the flowtable `fastpath` when there is one (offload.nft).
  */
 #include <errno.h>
 #include <nftables/libnftables.h>
@@ -188,6 +189,38 @@ static bool map_has_key(yajl_val item, const char *key)
 	return false;
 }
 
+/* Whether the flowtable item lists ifname among its devices ("dev": a string for one device, else an array). */
+static bool flowtable_has_dev(yajl_val item, const char *ifname)
+{
+	yajl_val dev = obj_get(item, "dev");
+	if (YAJL_IS_STRING(dev))
+		return strcmp(str_of(dev), ifname) == 0;
+	for (size_t i = 0; YAJL_IS_ARRAY(dev) && i < dev->u.array.len; i++)
+		if (strcmp(str_of(dev->u.array.values[i]), ifname) == 0)
+			return true;
+	return false;
+}
+
+int lb_nft_flowtable_device_cmd(bool add, const char *ifname, char **ret, struct lb_error *err)
+{
+	/* ifname is lensboxd's own lbh<N>, never a name from outside */
+	int n = add ? asprintf(ret,
+			       "add flowtable inet lensbox " LB_NFT_FLOWTABLE
+			       " { hook ingress priority filter; devices = { \"%s\" }; }\n",
+			       ifname)
+		    : asprintf(ret, "delete flowtable inet lensbox " LB_NFT_FLOWTABLE " { devices = { \"%s\" }; }\n",
+			       ifname);
+	if (n < 0)
+		return lb_error_set(err, ENOMEM, "building the flowtable's device change");
+	return 0;
+}
+
+bool lb_nft_flowtable_present(void)
+{
+	struct lb_error e;
+	return run("list flowtable inet lensbox " LB_NFT_FLOWTABLE, false, NULL, &e) == 0;
+}
+
 struct removal {
 	unsigned slot;
 	char key[16];
@@ -198,6 +231,15 @@ static void collect_removal(const char *kind, const char *name, yajl_val item, v
 {
 	struct removal *rm = data;
 	unsigned s;
+	if (strcmp(kind, "flowtable") == 0 && strcmp(name, LB_NFT_FLOWTABLE) == 0) {
+		/* the kernel then drops the flows through this device; the veth is deleted after this transaction */
+		char *cmd = NULL;
+		struct lb_error e;
+		if (flowtable_has_dev(item, rm->key) && lb_nft_flowtable_device_cmd(false, rm->key, &cmd, &e) == 0)
+			fputs(cmd, rm->flush);
+		free(cmd);
+		return;
+	}
 	if (strcmp(kind, "map") == 0 && strncmp(name, "sandbox_", 8) == 0) {
 		if (map_has_key(item, rm->key))
 			fprintf(rm->flush, "delete element inet lensbox %s { \"%s\" }\n", name, rm->key);
@@ -265,12 +307,25 @@ struct presence {
 
 static void collect_presence(const char *kind, const char *name, yajl_val item, void *data)
 {
-	(void)kind;
-	(void)item;
 	struct presence *p = data;
 	unsigned s;
 	if (slot_of_name(name, &s) && s < p->n)
 		p->present[s] = true;
+	if (strcmp(kind, "flowtable") != 0 || strcmp(name, LB_NFT_FLOWTABLE) != 0)
+		return;
+	/* a veth left in the flowtable counts as something of its slot's to remove */
+	yajl_val dev = obj_get(item, "dev");
+	size_t n = YAJL_IS_ARRAY(dev) ? dev->u.array.len : YAJL_IS_STRING(dev) ? 1 : 0;
+	size_t plen = strlen(LB_NET_IFPREFIX);
+	for (size_t i = 0; i < n; i++) {
+		const char *d = str_of(YAJL_IS_ARRAY(dev) ? dev->u.array.values[i] : dev);
+		char *end;
+		if (strncmp(d, LB_NET_IFPREFIX, plen) != 0 || d[plen] < '0' || d[plen] > '9')
+			continue;
+		unsigned long v = strtoul(d + plen, &end, 10);
+		if (*end == '\0' && v < p->n)
+			p->present[v] = true;
+	}
 }
 
 int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err)

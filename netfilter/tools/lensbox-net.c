@@ -8,7 +8,8 @@
  *   attach NAME NETNS_PATH TIER     ok HOST_IFNAME ADDRESS GATEWAY   (TIER: off, packages, web)
  *   detach NAME | blocked NAME      ok | ok COUNT
  *   reconcile [KNOWN_NAME...]       ok REMOVED
- *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=..
+ *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=.. ... offload=0|1
+ *                                   offload_why="..." (the flowtable of offload.nft, and why it is off)
  *   verify                          ok REPAIRED   (reloads what another tool flushed)
  *   unload | quit
  * `npm-registry` prints the npm registry host lensboxd would add to packages.list.
@@ -196,7 +197,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
-			"                         [--veth-gso-max BYTES]\n"
+			"                         [--veth-gso-max BYTES] [--no-offload]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -245,10 +246,10 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		lb_net_health(ctx, &h);
 		printf("ok table=%d ip_forward=%d foreign_forward_drop=%d sandboxes=%u dns=%s packages=%u "
 		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\" services_isolated=%d "
-		       "services_alive=%d services_pid=%u\n",
+		       "services_alive=%d services_pid=%u offload=%d offload_why=\"%s\"\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
 		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry,
-		       h.services_isolated, h.services_alive, h.services_pid);
+		       h.services_isolated, h.services_alive, h.services_pid, h.flow_offload, h.flow_offload_why);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
@@ -299,6 +300,7 @@ int main(int argc, char **argv)
 		{ "npm", no_argument, NULL, 'n' },
 		{ "services-uid", required_argument, NULL, 'u' },
 		{ "veth-gso-max", required_argument, NULL, 'g' },
+		{ "no-offload", no_argument, NULL, 'o' },
 		{ 0 },
 	};
 	int c;
@@ -332,6 +334,9 @@ int main(int argc, char **argv)
 			break;
 		case 'g':
 			cfg.veth_gso_max = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'o':
+			cfg.no_flow_offload = true;
 			break;
 		default:
 			usage();

@@ -50,6 +50,9 @@ struct lb_net_config {
 				  run as threads of the caller */
 	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
 				  kernel's classic size (the relay then splices instead of copying) */
+	bool no_flow_offload;  /* false (the default): `web` sandboxes' established connections take the flowtable
+				  of policy/network/offload.nft where the kernel has flowtables; true: never (to
+				  compare, or to rule it out) */
 };
 
 struct lb_net; /* opaque context */
@@ -70,6 +73,8 @@ struct lb_net_health {
 	bool services_isolated; /* the resolver and relay run in their own unprivileged process ... */
 	bool services_alive;	/* ... which is still running (false after a crash: DNS and relay are down) */
 	unsigned services_pid;
+	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
+	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
 };
 
 /* What lb_net_attach() built. */
@@ -84,9 +89,10 @@ struct lb_net_info {
 
 /* Loads policy/network/ (denied.list, packages.list, base.nft; plus the npm registry's host unless
  * cfg->skip_npm_lookup, which runs npm for up to 5 s), replaces any existing `inet lensbox` table with a
- * fresh one, marks the slots of veths left by an earlier run as taken (lb_net_reconcile() removes them) and starts
- * the resolver and relay threads. Must run in the host's network namespace as root. On success *ret is the
- * caller's (lb_net_free). */
+ * fresh one, adds the flowtable of offload.nft when the kernel has flowtables (unless cfg->no_flow_offload; a kernel
+ * without them is no error: lb_net_health() says why offload is off), marks the slots of veths left by an earlier run
+ * as taken (lb_net_reconcile() removes them) and starts the resolver and relay threads. Must run in the host's network
+ * namespace as root. On success *ret is the caller's (lb_net_free). */
 int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err);
 
 /* Stops the services and frees ctx. Leaves the table and the sandboxes' veths in place (a restart reconciles);
