@@ -1,20 +1,40 @@
 /*
  * exec.c — running one program in a started sandbox, with every layer in place before its first instruction.
  *
- * Runs in the caller (root, possibly many threads). Everything is prepared before fork(): argv, the PATH
- * candidates, the clean environment, the cgroup.procs fds of the `run` leaf, the output pipes; the Landlock ruleset
- * was built at start and the seccomp BPF is the policy's. Then:
+ * Runs in the caller (root, possibly many threads). Everything is prepared before the first clone: argv, the PATH
+ * candidates, the clean environment, the cgroup.procs/tasks fds of the `run` leaf, the output pipes, two small
+ * stacks; the Landlock ruleset was built at start and the seccomp BPF is the policy's. Then:
  *
- *   caller ──fork──> C1 (host root, host pid ns): setgroups(0), joins the `run` leaf in every hierarchy,
- *                    setns(init's pidfd, user|mnt|pid|ipc|uts|net|cgroup), clone
- *                      └──> C2 (pid-ns member): setsid, default signals, stdin /dev/null, stdout/stderr to the
- *                           pipes, bounding set empty, securebits locked, setresgid/setresuid(sandbox ids), every
- *                           capability set empty, RLIMIT_CORE 0, chdir, no_new_privs, Landlock, every other fd
- *                           closed, seccomp last, execve.
- *                    C1 waits for C2 and reports its wait status, then exits.
+ *   caller ──clone3(VM|VFORK)──> C1 (host root, host pid ns; v2: born in the `run` leaf): setgroups(0),
+ *     (suspended until C1 exits)  v1: joins the `run` leaf, setns(init's pidfd, user|mnt|pid|ipc|uts|net|cgroup),
+ *                                 unshare(cgroup), clone(VM|VFORK|PARENT) ──> C2 (pid-ns member, the caller's
+ *                                 child): setsid, default signals, stdin /dev/null, stdout/stderr to the pipes,
+ *                                 bounding set empty, securebits locked, non-dumpable, setresgid/setresuid(sandbox
+ *                                 ids), every capability set empty, RLIMIT_CORE 0, chdir, no_new_privs, Landlock,
+ *                                 every other fd closed, seccomp last, execve.
+ *                                 C1 resumes once C2 has exec'd (or failed), reports C2's pid and exits.
+ *
+ * Why shared memory (CLONE_VM) and why it is safe. A fork of lensboxd copies ~300 mappings and its page tables
+ * twice per run and makes every later write of the daemon fault; borrowing the caller's memory costs none of it
+ * (posix_spawn does the same; ~1 ms a run in lensboxd, tests/bench/api_bench.py). What keeps it safe:
+ *   - CLONE_VFORK: exactly one of caller, C1, C2 runs on this thread's memory at a time, and C1/C2 use stacks of
+ *     their own (mapped here, with guard pages); they read the plan and write only their stacks and errno. All
+ *     signals are blocked around the clone so no handler of the caller runs in them.
+ *   - Every state C1 and C2 change is per task or per process and never the caller's: credentials, namespaces,
+ *     cgroup membership, fd table, cwd, signal dispositions, rlimits, Landlock, seccomp (no TSYNC). Raw syscalls
+ *     for the credential changes (glibc's setxid wrappers would signal the caller's other threads). A vfork
+ *     child's oom_score_adj is its own (the kernel does not spread it to the processes sharing its mm).
+ *     integration/test_api_runs.py checks the daemon's state after runs.
+ *   - Nothing in the sandbox can reach the shared memory: C2 marks it non-dumpable (PR_SET_DUMPABLE 0) before it
+ *     drops to the sandbox uid right before execve, so ptrace and /proc/<pid>/mem need CAP_SYS_PTRACE in the
+ *     host's user namespace; Landlock's signal scope and the emptied `run` leaf leave no sandbox process to stop
+ *     it; execve gives C2 a memory of its own.
+ * C1 needs clone3 for CLONE_INTO_CGROUP (on v2 a cgroup.procs write waits for an RCU grace period), and a child of
+ * clone3 on a new stack cannot return through C: a few lines of assembly start it (x86-64). Elsewhere C1 is a
+ * fork-like clone3 (a copy of the caller's memory, as before) and C2 still borrows C1's.
  *
  * A failed step in C1 or C2 is reported through a CLOEXEC pipe with its name and errno, and nothing runs. The
- * caller polls C1's pidfd, both output pipes and the deadline; when C1 is gone (the main program ended) or the
+ * caller polls C2's pidfd, both output pipes and the deadline; when C2 is gone (the main program ended) or the
  * deadline passes it kills the whole `run` leaf, so daemons the program left and children holding the pipes die
  * and the result arrives. Output is captured with bounded memory (output.c).
  */
@@ -39,6 +59,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -58,6 +80,7 @@
 #define MAX_ENV_BYTES	    (256u << 10)
 #define MAX_CANDIDATES	    64
 #define DRAIN_AFTER_KILL_MS 2000
+#define CHILD_STACK	    (64u << 10) /* C1's and C2's frames are a few hundred bytes deep */
 
 struct exec_plan {
 	char **argv;
@@ -71,6 +94,8 @@ struct exec_plan {
 	const struct sock_fprog *seccomp;
 	int init_pidfd;
 	uint32_t uid, gid;
+	void *c2_stack;	       /* top of C2's stack */
+	volatile pid_t c2_pid; /* written by C1 (shared memory), read by the caller once C1 is gone */
 };
 
 static void strv_free(char **v)
@@ -194,9 +219,10 @@ static _Noreturn void fail_child(int fd, const char *step, int e)
 }
 
 /* C2: runs in the sandbox's namespaces as a member of its pid namespace, still with the user namespace's
- * capabilities; drops everything and execs. Raw syscalls only. */
-static _Noreturn void c2_main(const struct exec_plan *p)
+ * capabilities, on the caller's memory (C1 suspended); drops everything and execs. Thin syscall wrappers only. */
+static int c2_main(void *arg)
 {
+	const struct exec_plan *p = arg;
 	int rep = p->report_w;
 	if (setsid() < 0)
 		fail_child(rep, "setsid", errno);
@@ -227,6 +253,11 @@ static _Noreturn void c2_main(const struct exec_plan *p)
 			     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
 	if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
 		fail_child(rep, "locking securebits", errno);
+	/* The memory is still the caller's: keep it out of ptrace and /proc/<pid>/mem for good, whatever
+	 * fs.suid_dumpable says, before we become a user the sandbox's processes share (this marks the caller too,
+	 * which a root daemon wants anyway; execve gives the program a memory of its own). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		fail_child(rep, "marking the memory non-dumpable", errno);
 	if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) < 0)
 		fail_child(rep, "setresgid", errno);
 	if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) < 0)
@@ -264,11 +295,13 @@ static _Noreturn void c2_main(const struct exec_plan *p)
 	fail_child(rep, "execve", first ? first : ENOENT);
 }
 
-/* C1: host root in the host's pid namespace; joins the run leaf and the sandbox's namespaces, starts C2. */
-static _Noreturn void c1_main(const struct exec_plan *p)
+/* C1: host root in the host's pid namespace, on the caller's memory (the caller suspended); joins the run leaf and
+ * the sandbox's namespaces, starts C2 as the caller's child and exits once C2 has exec'd. */
+static int c1_main(void *arg)
 {
+	const struct exec_plan *p = arg;
 	int rep = p->report_w;
-	/* We are a copy of the caller: drop every descriptor it had except the ones this run needs, before we
+	/* Our fd table is a copy of the caller's: drop every descriptor except the ones this run needs, before we
 	 * enter the sandbox's namespaces. */
 	int keep[LB_CG_MAX_DIRS + 5];
 	size_t nk = 0;
@@ -294,7 +327,8 @@ static _Noreturn void c1_main(const struct exec_plan *p)
 			from = (unsigned)keep[i] + 1;
 	}
 	syscall(SYS_close_range, from, ~0u, 0u);
-	/* Sandboxed programs are the first thing the OOM killer should take, on the host as in their cgroup. */
+	/* Sandboxed programs are the first thing the OOM killer should take, on the host as in their cgroup. C2
+	 * inherits it; a vfork child's value stays its own. */
 	int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (oom < 0 || write(oom, "1000", 4) != 4)
 		fail_child(rep, "setting oom_score_adj", errno);
@@ -302,7 +336,7 @@ static _Noreturn void c1_main(const struct exec_plan *p)
 	/* No supplementary groups of the caller may follow us (setgroups is denied inside the sandbox). */
 	if (syscall(SYS_setgroups, 0, NULL) < 0)
 		fail_child(rep, "setgroups", errno);
-	/* v1: "0" into each hierarchy's `tasks` moves this (single) thread, i.e. the whole of C1. */
+	/* v1: "0" into each hierarchy's `tasks` moves this (single) thread, i.e. the whole of C1; C2 is born there. */
 	for (size_t i = 0; i < p->n_cg; i++) {
 		if (write(p->cg_fds[i], "0", 1) != 1)
 			fail_child(rep, "joining the run cgroup", errno);
@@ -315,20 +349,57 @@ static _Noreturn void c1_main(const struct exec_plan *p)
 	 * cgroup, nothing of the host's hierarchy (capable here: we hold the sandbox user namespace's caps). */
 	if (unshare(CLONE_NEWCGROUP) < 0)
 		fail_child(rep, "unsharing the cgroup namespace", errno);
-	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+	/* CLONE_PARENT: C2 is the caller's child, so the caller waits for the program itself and C1 can go. We are
+	 * suspended until C2 has exec'd or exited. */
+	pid_t pid = clone(c2_main, p->c2_stack, CLONE_VM | CLONE_VFORK | CLONE_PARENT | SIGCHLD, (void *)p);
 	if (pid < 0)
 		fail_child(rep, "clone into the sandbox's pid namespace", errno);
-	if (pid == 0)
-		c2_main(p);
-	/* Only C2 and its descendants hold the write ends now: the caller sees EOF when they are gone. */
-	close(p->out_w);
-	close(p->err_w);
-	int status;
-	while (waitpid(pid, &status, __WALL) < 0)
-		if (errno != EINTR)
-			fail_child(rep, "waiting for the program", errno);
-	lb_child_report(rep, 'S', 0, status, NULL);
+	lb_child_report(rep, 'P', 0, pid, NULL);
 	_exit(0);
+}
+
+/* clone3() with the child on the stack in ca, running fn(arg) there and exiting with its value; returns the
+ * child's pid or -1 with errno. glibc 2.36 has no clone3 wrapper, and a child on a new stack has no frame to
+ * return to. */
+static pid_t clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg)
+{
+#if defined(__x86_64__)
+	/* The child starts after `syscall` with the parent's registers, rax 0 and rsp at the top of its stack (16-byte
+	 * aligned: a page boundary): it calls fn(arg) and exits the way glibc's clone() does. */
+	register long rax __asm__("rax") = SYS_clone3;
+	register struct clone_args *rdi __asm__("rdi") = ca;
+	register size_t rsi __asm__("rsi") = sizeof(*ca);
+	register int (*r12)(void *) __asm__("r12") = fn;
+	register void *r13 __asm__("r13") = arg;
+	__asm__ volatile("syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jnz 1f\n\t"
+			 "xor %%ebp, %%ebp\n\t"
+			 "mov %%r13, %%rdi\n\t"
+			 "call *%%r12\n\t"
+			 "mov %%eax, %%edi\n\t"
+			 "mov $231, %%eax\n\t" /* exit_group */
+			 "syscall\n\t"
+			 "hlt\n"
+			 "1:"
+			 : "+r"(rax)
+			 : "r"(rdi), "r"(rsi), "r"(r12), "r"(r13)
+			 : "rcx", "r11", "memory");
+	if (rax < 0) {
+		errno = (int)-rax;
+		return -1;
+	}
+	return (pid_t)rax;
+#else
+	/* Fork-like: no CLONE_VM, the child continues here on a copy of the caller's memory. */
+	ca->flags &= ~(uint64_t)CLONE_VM;
+	ca->stack = 0;
+	ca->stack_size = 0;
+	pid_t pid = (pid_t)syscall(SYS_clone3, ca, sizeof(*ca));
+	if (pid == 0)
+		_exit(fn(arg));
+	return pid;
+#endif
 }
 
 /* Pipes must not sit on 0..2 (a caller with closed stdio) or dup2() in C2 would clobber them. */
@@ -403,8 +474,10 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	struct lb_capture cap_out, cap_err;
 	memset(&cap_out, 0, sizeof(cap_out));
 	memset(&cap_err, 0, sizeof(cap_err));
-	int c1_pidfd = -1;
-	pid_t c1 = -1;
+	int c2_pidfd = -1;
+	pid_t c2 = -1;
+	void *stacks = MAP_FAILED;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), stacks_len = 2 * (CHILD_STACK + page);
 	int r;
 
 	p.argv = calloc(argc + 1, sizeof(char *));
@@ -423,6 +496,19 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		goto out;
 	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
 		goto out;
+	/* Two stacks, each above a guard page: an overflow faults instead of writing into the caller's memory. */
+	stacks = mmap(NULL, stacks_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stacks == MAP_FAILED) {
+		r = lb_error_set(err, errno, "exec: mapping the child stacks");
+		goto out;
+	}
+	char *c1_base = stacks, *c2_base = c1_base + CHILD_STACK + page;
+	if (mprotect(c1_base, page, PROT_NONE) < 0 || mprotect(c2_base, page, PROT_NONE) < 0) {
+		r = lb_error_set(err, errno, "exec: guarding the child stacks");
+		goto out;
+	}
+	void *c1_stack_base = c1_base + page;
+	p.c2_stack = c2_base + page + CHILD_STACK;
 	if ((r = lb_capture_init(&cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
 	    (r = lb_capture_init(&cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0) {
 		r = lb_error_set(err, r, "exec: allocating output buffers");
@@ -443,28 +529,32 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	lb_cg_begin_run(sb->cg, &before);
 	uint64_t t0 = now_ms();
 
-	/* clone3 without a stack behaves like fork() (C1 uses raw syscalls only); the pidfd comes with it. On v2 C1
-	 * is born in the `run` leaf; on v1 it joins it by writing cgroup.procs. */
+	/* C1 on the caller's memory; we are suspended until it has exited (after C2's execve, or a failed step). */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_PIDFD;
-	ca.pidfd = (uint64_t)(uintptr_t)&c1_pidfd;
+	ca.flags = CLONE_VM | CLONE_VFORK;
 	ca.exit_signal = SIGCHLD;
+	ca.stack = (uint64_t)(uintptr_t)c1_stack_base;
+	ca.stack_size = CHILD_STACK;
 	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_RUN);
 	if (leaf_fd >= 0) {
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
-	c1 = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-	if (c1 == 0)
-		c1_main(&p);
+	pid_t c1 = clone3_run(&ca, c1_main, &p);
 	int e = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (leaf_fd >= 0)
 		close(leaf_fd);
 	if (c1 < 0) {
 		r = lb_error_set(err, e, "exec: clone3");
 		goto out;
 	}
+	while (waitpid(c1, NULL, 0) < 0 && errno == EINTR)
+		;
 	close(out[1]);
 	out[1] = -1;
 	close(errp[1]);
@@ -474,19 +564,47 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	for (size_t i = 0; i < p.n_cg; i++)
 		close(p.cg_fds[i]);
 	p.n_cg = 0;
+
+	/* C1 is gone and C2 has exec'd or exited (the pipe is CLOEXEC): every report is in the pipe. */
+	struct lb_child_report msg;
+	int failed_err = 0;
+	char failed_step[sizeof(msg.step)] = "";
+	while (read(rep[0], &msg, sizeof(msg)) == (ssize_t)sizeof(msg)) {
+		msg.step[sizeof(msg.step) - 1] = '\0';
+		if (msg.kind == 'P' && msg.status > 0) {
+			c2 = msg.status;
+		} else if (msg.kind == 'E' && failed_err == 0) {
+			failed_err = msg.err ? msg.err : EIO;
+			memcpy(failed_step, msg.step, sizeof(failed_step));
+		}
+	}
+	if (failed_err) {
+		r = lb_error_set(err, failed_err, "running the program: %s", failed_step);
+		goto out;
+	}
+	if (c2 <= 0) {
+		r = lb_error_setx(err, EIO, "running the program: the setup process ended without starting it");
+		goto out;
+	}
+	/* Our unreaped child: its pid cannot be reused before we wait for it. */
+	c2_pidfd = (int)syscall(SYS_pidfd_open, c2, 0u);
+	if (c2_pidfd < 0) {
+		r = lb_error_set(err, errno, "exec: pidfd_open");
+		goto out;
+	}
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
 	fcntl(errp[0], F_SETFL, O_NONBLOCK);
-	fcntl(rep[0], F_SETFL, O_NONBLOCK);
 
-	bool c1_done = false, timed_out = false, killed = false;
+	bool main_done = false, timed_out = false, killed = false, have_status = false;
 	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms : 0, drain_deadline = 0;
-	int c1_status = 0;
+	siginfo_t status;
+	memset(&status, 0, sizeof(status));
 	for (;;) {
-		if (c1_done && out[0] < 0 && errp[0] < 0)
+		if (main_done && out[0] < 0 && errp[0] < 0)
 			break;
 		uint64_t now = now_ms();
-		if (!killed && (c1_done || (deadline && now >= deadline))) {
-			if (!c1_done)
+		if (!killed && (main_done || (deadline && now >= deadline))) {
+			if (!main_done)
 				timed_out = true;
 			/* The main program is gone (or out of time): everything left in the run leaf dies, so
 			 * daemons and children holding our pipes cannot delay the result. */
@@ -497,14 +615,14 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			continue;
 		}
 		if (killed && now >= drain_deadline) {
-			if (c1_done)
+			if (main_done)
 				break;	   /* a writer outside the leaf cannot exist; never hang on it anyway */
-			kill(c1, SIGKILL); /* our unreaped child: the pid is still C1's */
+			kill(c2, SIGKILL); /* our unreaped child: the pid is still C2's */
 			drain_deadline = now + DRAIN_AFTER_KILL_MS;
 		}
 		struct pollfd pf[3];
 		nfds_t n = 0;
-		pf[n++] = (struct pollfd){ .fd = c1_done ? -1 : c1_pidfd, .events = POLLIN };
+		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : c2_pidfd, .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = out[0], .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
 		int wait = -1;
@@ -522,38 +640,24 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			read_into(&out[0], &cap_out);
 		if (pf[2].revents)
 			read_into(&errp[0], &cap_err);
-		if (!c1_done && pf[0].revents) {
-			siginfo_t si;
-			memset(&si, 0, sizeof(si));
-			while (waitid((idtype_t)P_PIDFD, (id_t)c1_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		if (!main_done && pf[0].revents) {
+			int w;
+			while ((w = waitid((idtype_t)P_PIDFD, (id_t)c2_pidfd, &status, WEXITED)) < 0 && errno == EINTR)
 				;
-			c1_done = true;
-			c1 = -1;
+			have_status = w == 0;
+			main_done = true;
+			c2 = -1;
 		}
 	}
 	uint64_t t1 = now_ms();
 	lb_cg_read_stats(sb->cg, &after);
 
-	/* What C1 and C2 reported: a failed step, or the program's wait status. */
-	bool have_status = false;
-	struct lb_child_report msg;
-	while (read(rep[0], &msg, sizeof(msg)) == (ssize_t)sizeof(msg)) {
-		msg.step[sizeof(msg.step) - 1] = '\0';
-		if (msg.kind == 'E') {
-			r = lb_error_set(err, msg.err, "running the program: %s", msg.step);
-			goto out;
-		}
-		if (msg.kind == 'S') {
-			c1_status = msg.status;
-			have_status = true;
-		}
-	}
 	memset(ret, 0, sizeof(*ret));
-	if (have_status && WIFEXITED(c1_status)) {
-		ret->exit_code = WEXITSTATUS(c1_status);
+	if (have_status && status.si_code == CLD_EXITED) {
+		ret->exit_code = status.si_status;
 	} else {
 		ret->exit_code = -1;
-		ret->signal = have_status && WIFSIGNALED(c1_status) ? WTERMSIG(c1_status) : SIGKILL;
+		ret->signal = have_status ? status.si_status : SIGKILL;
 	}
 	ret->timed_out = timed_out;
 	ret->wall_ms = t1 - t0;
@@ -574,15 +678,17 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	r = 0;
 
 out:
-	if (c1 > 0) {
-		/* A half-started run: kill C1 and whatever joined the leaf. */
-		kill(c1, SIGKILL);
-		waitpid(c1, NULL, 0);
+	if (c2 > 0) {
+		/* A half-finished run: kill the program and whatever joined the leaf. */
+		kill(c2, SIGKILL);
+		waitpid(c2, NULL, 0);
 		struct lb_error kerr;
 		lb_cg_kill(sb->cg, LB_CG_RUN, &kerr);
 	}
-	if (c1_pidfd >= 0)
-		close(c1_pidfd);
+	if (c2_pidfd >= 0)
+		close(c2_pidfd);
+	if (stacks != MAP_FAILED)
+		munmap(stacks, stacks_len);
 	for (size_t i = 0; i < p.n_cg; i++)
 		close(p.cg_fds[i]);
 	close_pair(out);

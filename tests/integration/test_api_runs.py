@@ -68,6 +68,34 @@ def test_working_directory_home_and_user(d):
     assert r["stdout"].splitlines()[0] == "/sandbox /sandbox 1000"
 
 
+def daemon_state(pid):
+    """What a run's helper processes could change in the daemon if they leaked into it (they borrow its memory)."""
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    keep = ("Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    with open(f"/proc/{pid}/oom_score_adj") as f:
+        oom = f.read().strip()
+    with open(f"/proc/{pid}/cgroup") as f:
+        cgroups = f.read()
+    ns = {n: os.readlink(f"/proc/{pid}/ns/{n}") for n in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")}
+    return {k: status[k] for k in keep}, oom, cgroups, ns, os.readlink(f"/proc/{pid}/cwd")
+
+
+def test_runs_leave_the_daemon_as_it_was(d):
+    # The program is set up in processes that share the daemon's memory until their execve: none of what they
+    # change (credentials, namespaces, cgroups, oom_score_adj, seccomp, cwd) may reach the daemon itself.
+    n = d.name("state")
+    d.ok_run(n, "print(0)")
+    before = daemon_state(d.proc.pid)
+    r = d.ok_run(n, "print(open('/proc/self/oom_score_adj').read().strip(), open('/proc/self/status').read().count('Seccomp:\t2'))")
+    assert r["stdout"] == "1000 1\n"
+    for _ in range(5):
+        d.ok_run(n, "import subprocess; subprocess.run(['true'])")
+    after = daemon_state(d.proc.pid)
+    assert after == before
+    assert before[1] != "1000" and before[0]["Seccomp"] == "0" and before[0]["Uid"].split()[0] == "0"
+
+
 def test_time_limit_message(d):
     r = d.ok_run(d.name("slow"), "import time\nprint('started', flush=True)\ntime.sleep(30)", timeout_seconds=1)
     assert r["timed_out"] is True and r["exit_code"] is None and r["signal"] == 9
