@@ -192,8 +192,9 @@ int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size)
 	return -ENOENT;
 }
 
-/* Attaches img to a free loop device with autoclear; returns the open loop fd and its path. */
-static int loop_attach(int imgfd, const char *img, char *dev, size_t devsize, struct lb_error *err)
+/* Attaches img to a free loop device with autoclear and the given logical block size (0: the driver's default);
+ * returns the open loop fd and its path. */
+static int loop_attach(int imgfd, const char *img, unsigned block_size, char *dev, size_t devsize, struct lb_error *err)
 {
 	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
 	if (ctl < 0)
@@ -215,11 +216,18 @@ static int loop_attach(int imgfd, const char *img, char *dev, size_t devsize, st
 		struct loop_config cfg;
 		memset(&cfg, 0, sizeof(cfg));
 		cfg.fd = (__u32)imgfd;
+		cfg.block_size = block_size;
 		cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
 		snprintf((char *)cfg.info.lo_file_name, sizeof(cfg.info.lo_file_name), "%s", img);
 		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
 			return lfd;
 		int e = errno;
+		if (e == EINVAL && block_size) { /* a block size this kernel's loop driver refuses: its default */
+			block_size = 0;
+			close(lfd);
+			attempt--;
+			continue;
+		}
 		close(lfd);
 		if (e != EBUSY) /* EBUSY: another process took this device between GET_FREE and CONFIGURE */
 			return lb_error_set(err, e, "configuring %s", dev);
@@ -264,29 +272,122 @@ int lb_disk_wait_released(const char *storage, int timeout_ms)
 	}
 }
 
-/* Every program starts in the storage's root (its working directory and HOME), and the first lookup there would wait
- * for the root directory's block through the loop device: ask for it now, asynchronously (a readahead of the loop
- * device where the directory lies, found with FIEMAP), so it arrives while the rest of the sandbox is built. Best
- * effort: any failure only leaves the read to the first lookup. */
-static void prefetch_root_dir(int loop_fd, const char *mountpoint)
+/*
+ * What a mount of the storage reads first, found in the image file itself before the loop device exists. An ext4
+ * mount reads, one after the other, each waiting for the loop device's worker: the superblock, the first group
+ * descriptor block, the inode table block that holds the root directory's and the journal's inodes, and the
+ * journal's superblock; every program's first lookup in /sandbox then reads the root directory's first block.
+ * lb_disk_ext4_layout() finds those blocks (all of group 0, where mke2fs puts them) in the image's on-disk structures
+ * (ext4's superblock at byte 1024, the group descriptor after it, inodes 2 and 8, their first extents) and the
+ * filesystem's block size. The mount asks for all of them at once on the loop device (POSIX_FADV_WILLNEED), so
+ * they arrive while it works. The loop device gets the filesystem's block size as its logical block size: the
+ * kernel then never changes the device's block size during the mount, which would drop its page cache (and what was
+ * asked ahead with it).
+ *
+ * The image's structures are the kernel's (programs in the sandbox write files, never raw blocks), but they are
+ * read as untrusted bytes anyway: every offset is checked against the file's size, and a wrong one costs only a
+ * useless read ahead; a filesystem this does not recognise gets none.
+ */
+#define EXT4_SB_OFFSET	    1024
+#define EXT4_MAGIC	    0xEF53
+#define EXT4_EXTENT_MAGIC   0xF30A
+#define EXT4_EXTENTS_FL	    0x80000u
+#define EXT4_INCOMPAT_64BIT 0x80u
+#define EXT4_ROOT_INO	    2u
+
+static uint16_t le16(const unsigned char *p)
 {
-	_cleanup_close_ int dfd = open(mountpoint, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0)
-		return;
-	struct {
-		struct fiemap map;
-		struct fiemap_extent extents[4];
-	} req;
-	memset(&req, 0, sizeof(req));
-	req.map.fm_length = FIEMAP_MAX_OFFSET;
-	req.map.fm_extent_count = 4;
-	if (ioctl(dfd, FS_IOC_FIEMAP, &req.map) < 0)
-		return;
-	for (unsigned i = 0; i < req.map.fm_mapped_extents && i < 4; i++) {
-		uint64_t len = req.extents[i].fe_length < (1u << 20) ? req.extents[i].fe_length : (1u << 20);
-		(void)posix_fadvise(loop_fd, (off_t)req.extents[i].fe_physical, (off_t)len, POSIX_FADV_WILLNEED);
-	}
+	return (uint16_t)(p[0] | p[1] << 8);
 }
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static bool pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	return pread(fd, buf, len, (off_t)off) == (ssize_t)len;
+}
+
+/* The first block of a file from its inode's extent tree root (i_block), when it is a leaf whose first extent
+ * starts at the file's first block; 0 otherwise. */
+static uint64_t first_extent_block(const unsigned char *inode)
+{
+	if (!(le32(inode + 0x20) & EXT4_EXTENTS_FL))
+		return 0;
+	const unsigned char *eh = inode + 0x28;
+	if (le16(eh) != EXT4_EXTENT_MAGIC || le16(eh + 2) == 0 || le16(eh + 6) != 0)
+		return 0;
+	const unsigned char *ex = eh + 12;
+	if (le32(ex) != 0 || le16(ex + 4) == 0)
+		return 0;
+	return (uint64_t)le16(ex + 6) << 32 | le32(ex + 8);
+}
+
+int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	uint64_t size = (uint64_t)st.st_size;
+	unsigned char sb[1024];
+	if (!pread_full(fd, sb, sizeof(sb), EXT4_SB_OFFSET) || le16(sb + 0x38) != EXT4_MAGIC)
+		return -EINVAL;
+	uint32_t log_bs = le32(sb + 0x18);
+	if (log_bs > 6) /* 1 KiB .. 64 KiB */
+		return -EINVAL;
+	uint64_t bs = 1024u << log_bs;
+	struct lb_ext4_layout l = { .block_size = (unsigned)bs };
+	uint64_t first_data = le32(sb + 0x14);
+	uint32_t inodes_per_group = le32(sb + 0x28);
+	uint32_t journal_ino = le32(sb + 0xE0);
+	uint64_t inode_size = le32(sb + 0x4C) >= 1 ? le16(sb + 0x58) : 128; /* s_rev_level 0: fixed 128 bytes */
+	uint16_t desc_size = le16(sb + 0xFE);
+	bool is64 = (le32(sb + 0x60) & EXT4_INCOMPAT_64BIT) && desc_size >= 64;
+	if (inode_size < 128 || inode_size > bs || (inode_size & (inode_size - 1)) || inodes_per_group < 16)
+		return -EINVAL;
+	/* The superblock's block, and the group descriptors right after it. */
+	l.offsets[l.n++] = EXT4_SB_OFFSET / bs * bs;
+	uint64_t gdt = (first_data + 1) * bs;
+	unsigned char gd[64];
+	if (gdt >= size || !pread_full(fd, gd, sizeof(gd), gdt)) {
+		*ret = l;
+		return 0;
+	}
+	l.offsets[l.n++] = gdt;
+	uint64_t itable = le32(gd + 0x8) | (is64 ? (uint64_t)le32(gd + 0x28) << 32 : 0);
+	/* Inodes 2 (the root directory) and 8 (the journal) are in group 0's inode table. */
+	uint64_t root_at = itable * bs + (EXT4_ROOT_INO - 1) * inode_size;
+	unsigned char ino[160];
+	if (itable == 0 || itable > size / bs || root_at + sizeof(ino) > size ||
+	    !pread_full(fd, ino, sizeof(ino), root_at)) {
+		*ret = l;
+		return 0;
+	}
+	l.offsets[l.n++] = root_at / bs * bs;
+	uint64_t b = first_extent_block(ino);
+	if (b && b < size / bs)
+		l.offsets[l.n++] = b * bs;
+	if (journal_ino >= 1 && journal_ino <= 16) {
+		uint64_t j_at = itable * bs + (journal_ino - 1) * inode_size;
+		if (j_at / bs != root_at / bs && j_at + sizeof(ino) <= size)
+			l.offsets[l.n++] = j_at / bs * bs;
+		if (j_at + sizeof(ino) <= size && pread_full(fd, ino, sizeof(ino), j_at) &&
+		    (b = first_extent_block(ino)) && b < size / bs)
+			l.offsets[l.n++] = b * bs;
+	}
+	*ret = l;
+	return 0;
+}
+
+/* The mount options. nosuid,nodev (flags): the user's files are hostile, never honour setuid bits or device nodes
+ * found on them. noinit_itable: no background zeroing of unused inode tables, which would only fill the sparse image
+ * with zeros. no_prefetch_block_bitmaps: no background reading of every group's block bitmap through the loop device
+ * (and no kernel thread started for it) at each mount; an allocation reads the bitmap it needs. */
+#define STORAGE_MOUNT_OPTS "errors=remount-ro,noinit_itable,no_prefetch_block_bitmaps"
+/* Kernels before 5.9 know no no_prefetch_block_bitmaps (and prefetch nothing). */
+#define STORAGE_MOUNT_OPTS_OLD "errors=remount-ro,noinit_itable"
 
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err)
 {
@@ -297,21 +398,28 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 	_cleanup_close_ int imgfd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (imgfd < 0)
 		return lb_error_set(err, errno, "opening %s", img);
-	_cleanup_close_ int lfd = loop_attach(imgfd, img, dev, sizeof(dev), err);
+	struct lb_ext4_layout layout = { 0 };
+	(void)lb_disk_ext4_layout(imgfd, &layout); /* none found: no block size given, nothing read ahead */
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned bsize =
+	    layout.block_size >= 512 && page > 0 && layout.block_size <= (unsigned long)page ? layout.block_size : 0;
+	_cleanup_close_ int lfd = loop_attach(imgfd, img, bsize, dev, sizeof(dev), err);
 	if (lfd < 0)
 		return lfd;
+	for (size_t i = 0; i < layout.n; i++)
+		(void)posix_fadvise(lfd, (off_t)layout.offsets[i], (off_t)layout.block_size, POSIX_FADV_WILLNEED);
+	const char *opts = STORAGE_MOUNT_OPTS;
 	/* The mount point may be removed under us by the flusher of a stopped sandbox of the same name (with another
 	 * storage; ours is locked): make it again then. */
 	for (int attempt = 0;; attempt++) {
 		int r = lb_mkdir_p(mountpoint, 0700);
 		if (r < 0)
 			return lb_error_set(err, r, "creating %s", mountpoint);
-		/* The user's files are hostile: never honour setuid bits or device nodes found on them. noinit_itable:
-		 * no background zeroing of unused inode tables, which would only fill the sparse image with zeros. */
-		if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-			  "errors=remount-ro,noinit_itable") == 0) {
-			prefetch_root_dir(lfd, mountpoint);
+		if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, opts) == 0)
 			return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
+		if (errno == EINVAL && strcmp(opts, STORAGE_MOUNT_OPTS) == 0) {
+			opts = STORAGE_MOUNT_OPTS_OLD;
+			continue;
 		}
 		if (errno != ENOENT || attempt == 2)
 			return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);

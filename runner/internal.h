@@ -65,6 +65,15 @@ struct lb_disk_detach {
 };
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err);
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
+/* Where an ext4 image's first reads go (disk.c explains why): its block size and the byte offsets of the blocks a
+ * mount reads one after the other, plus the root directory's first block. Reads fd (the image) with pread only;
+ * -EINVAL when it is not an ext4 filesystem this recognises. Offsets are inside the file and block-aligned. */
+struct lb_ext4_layout {
+	unsigned block_size;
+	uint64_t offsets[6];
+	size_t n;
+};
+int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):
