@@ -205,7 +205,7 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	setfsgid(0);
 	close(rootfd); /* an fd into the sandbox would keep its mounts alive past a stop */
 	rootfd = -1;
-	lbd_sandbox_touch(d, sb);
+	lbd_sandbox_note_use(d, sb); /* the store's last use comes with the ledger row */
 	if (r < 0) {
 		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, run.id, err.msg);
 		lb_error(lf, "running the program failed");
@@ -240,6 +240,7 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	if (lb_store_run_insert(d->store, &run, &err) < 0) {
 		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", req->name, run.id);
 		lb_error(lf, "recording the run in the ledger failed: %s", err.msg);
+		lbd_sandbox_touch(d, sb); /* the idle timer still needs the use */
 	}
 release:
 	if (rootfd >= 0)

@@ -214,6 +214,9 @@ struct lb_sandbox *lbd_sandbox_live(struct lbd_sandbox *sb);
 const char *lbd_sandbox_name(const struct lbd_sandbox *sb);
 /* Records a use now (LRU order and the store's last_used_at, which the idle and keep timers read). */
 void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb);
+/* Records a use now in memory only (LRU order), for a caller that writes the store's last_used_at itself (a run:
+ * lb_store_run_insert). */
+void lbd_sandbox_note_use(struct lbd *d, struct lbd_sandbox *sb);
 /* A spec request with every field from the config defaults (json.c). */
 void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req);
 

@@ -646,11 +646,16 @@ int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f
 	return 0;
 }
 
-void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb)
+void lbd_sandbox_note_use(struct lbd *d, struct lbd_sandbox *sb)
 {
 	pthread_mutex_lock(&d->table_mu);
 	sb->last_used_mono = lbd_mono_ms();
 	pthread_mutex_unlock(&d->table_mu);
+}
+
+void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb)
+{
+	lbd_sandbox_note_use(d, sb);
 	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
 }
 

@@ -242,10 +242,14 @@ static int insert_run_unlocked(struct lb_store *s, const struct lb_store_run *ru
 		return r;
 
 	_cleanup_stmt_ sqlite3_stmt *count = NULL;
-	r = store_prepare(s, "UPDATE sandboxes SET runs = runs + 1 WHERE name = ?", &count, err);
+	r = store_prepare(s,
+			  "UPDATE sandboxes SET runs = runs + 1, last_used_at_ms = max(last_used_at_ms, ?2) "
+			  "WHERE name = ?1",
+			  &count, err);
 	if (r < 0)
 		return r;
 	sqlite3_bind_text(count, 1, run->sandbox, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(count, 2, run->started_at_ms + (sqlite3_int64)run->duration_ms);
 	rc = sqlite3_step(count);
 	if (rc != SQLITE_DONE)
 		return store_fail(s, rc, err, "counting a run");

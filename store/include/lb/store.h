@@ -249,8 +249,9 @@ int lb_store_next_deadline(struct lb_store *s, int64_t *ret_ms, struct lb_error 
  * characters then 80 random bits from getrandom(2), so ids sort by time and never collide in practice. */
 int lb_run_id_generate(int64_t now_ms, char out[LB_RUN_ID_LEN + 1], struct lb_error *err);
 
-/* Appends a finished run to the ledger and, when its sandbox row exists, adds one to its run count, in one
- * transaction. -EEXIST when the id is already in the ledger. */
+/* Appends a finished run to the ledger and, when its sandbox row exists, adds one to its run count and records
+ * the run's end (started_at_ms + duration_ms) as its last use unless that is later already, in one transaction.
+ * -EEXIST when the id is already in the ledger. */
 int lb_store_run_insert(struct lb_store *s, const struct lb_store_run *run, struct lb_error *err);
 
 /* Reads one run by id. -ENOENT when absent. */

@@ -599,10 +599,12 @@ static void ledger_order_and_limit(void **state)
 	assert_int_equal(lb_store_runs_list(f->s, "nobody", 10, &l, &n, &err), 0);
 	assert_int_equal(n, 0);
 
-	/* the sandbox's run count followed its inserts */
+	/* the sandbox's run count followed its inserts, and its last use is the latest run's end (5000 + 30 ms),
+	 * not the last inserted one's */
 	struct lb_store_sandbox sb;
 	assert_int_equal(lb_store_sandbox_get(f->s, "sb-a", &sb, NULL), 0);
 	assert_int_equal(sb.runs, 5);
+	assert_int_equal(sb.last_used_at_ms, 5030);
 
 	/* deleting the sandbox keeps its ledger */
 	assert_int_equal(lb_store_sandbox_delete(f->s, "sb-a", NULL), 0);
