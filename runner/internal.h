@@ -84,7 +84,12 @@ int lb_disk_wait_released(const char *storage, int timeout_ms);
  * a read-only overlay of skeleton + image at sb->root_mnt; the child side (inside the new user+mount namespaces)
  * mounts /sandbox, /tmp, /dev, /proc on it, pivots into it and detaches the host. */
 struct lb_rootfs_plan;
-int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan **ret,
+/* An empty plan in memory shared with children forked later (MAP_SHARED): the sandbox's first process is forked
+ * before the plan is written and reads it once released. NULL when out of memory. Freed by lb_rootfs_plan_free(). */
+struct lb_rootfs_plan *lb_rootfs_plan_new(void);
+/* Host side: makes the skeleton (state tmpfs, generated /etc, /dev skeleton) and writes what the child needs into
+ * plan. */
+int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *plan,
 		      struct lb_error *err);
 /* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names
  * the step. */

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -114,7 +115,14 @@ static bool overlay_safe(const char *p)
 	return p[0] == '/' && !strpbrk(p, ",:\\\n");
 }
 
-int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan **ret,
+struct lb_rootfs_plan *lb_rootfs_plan_new(void)
+{
+	/* Shared, so a child forked before the plan is written reads what the caller writes later. */
+	void *p = mmap(NULL, sizeof(struct lb_rootfs_plan), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *p,
 		      struct lb_error *err)
 {
 	if (!overlay_safe(spec->rootfs) || !overlay_safe(sb->state_dir))
@@ -195,9 +203,6 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	if (mkdir(img, 0755) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", img);
 
-	struct lb_rootfs_plan *p = calloc(1, sizeof(*p));
-	if (!p)
-		return lb_error_set(err, ENOMEM, "allocating the root plan");
 	snprintf(p->state, sizeof(p->state), "%s", sb->state_dir);
 	snprintf(p->image, sizeof(p->image), "%s", spec->rootfs);
 	snprintf(p->overlay_opts, sizeof(p->overlay_opts),
@@ -227,13 +232,13 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	for (size_t i = 0; i < N_RO_DIRS; i++)
 		snprintf(p->ro_dir[i], PATH_MAX, "%s/proc/%s", R, readonly_dirs[i]);
 	snprintf(p->hostname, sizeof(p->hostname), "%s", host);
-	*ret = p;
 	return 0;
 }
 
 void lb_rootfs_plan_free(struct lb_rootfs_plan *plan)
 {
-	free(plan);
+	if (plan)
+		munmap(plan, sizeof(*plan));
 }
 
 /* Remounts the bind mount at path read-only, keeping the flags the kernel locked on it (atime, nosuid...). */

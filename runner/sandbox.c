@@ -4,14 +4,17 @@
  * Runs in the caller (lensboxd, many threads, or lensbox-runner; root). lb_sandbox_start() reads top to bottom in
  * the order things happen:
  *   1. the cgroup (limits on <name>, leaves `init` and `run`),
- *   2. the disk (ext4 image mounted nosuid,nodev at <run_dir>/mnt/<name>),
- *   3. the root (skeleton + read-only overlay, rootfs.c),
- *   4. clone3() into new user, mount, pid, ipc, uts and net namespaces; the parent maps uid/gid 1000 to the
- *      sandbox's host uid/gid only (setgroups denied), puts the child into the `init` leaf and releases it,
- *   5. the child enters a new cgroup namespace, builds its root (rootfs.c), brings up lo, drops every capability
- *      and privilege, and execs lensbox-init (init/, from a sealed memfd): pid 1 reaps orphans forever, holding
- *      no fd and no copy of the caller's memory,
- *   6. the parent builds the Landlock ruleset against the sandbox's paths (landlock.c).
+ *   2. the storage's lock (one ext4 image is never mounted twice),
+ *   3. the pipes, lensbox-init's memfd and the root's plan (shared memory the child reads once released),
+ *   4. clone3() into new user, pid, ipc and uts namespaces (the child joins the `init` leaf, v2: is born in it);
+ *      the parent maps uid/gid 1000 to the sandbox's host uid/gid only (setgroups denied),
+ *   5. while the child makes its own network namespace and brings up lo (the costliest namespace to create), the
+ *      parent mounts the storage and prepares the root's skeleton (rootfs.c), then releases the child,
+ *   6. the child enters new mount and cgroup namespaces (its mount namespace is a copy of the host's as it is
+ *      now, with the storage and the skeleton mounted), builds its root (rootfs.c), drops every capability and
+ *      privilege, and execs lensbox-init (init/, from a sealed memfd): pid 1 reaps orphans forever, holding no fd
+ *      and no copy of the caller's memory,
+ *   7. the parent builds the Landlock ruleset against the sandbox's paths (landlock.c).
  * Any failure undoes what was done, in reverse, and names the step. exec.c runs programs in a started sandbox.
  *
  * The init child is forked from a possibly multithreaded process: it uses only raw syscalls and prepared data.
@@ -98,10 +101,11 @@ void lb_child_report(int fd, int kind, int err, int status, const char *step)
 
 /* Everything the init child needs, prepared before clone3(). */
 struct init_args {
-	const struct lb_rootfs_plan *plan;
-	int release_fd;		    /* read end: one byte when the parent has mapped ids and set the cgroup */
-	int report_fd;		    /* write end, CLOEXEC */
-	int init_fd;		    /* sealed memfd of lensbox-init, CLOEXEC */
+	const struct lb_rootfs_plan
+	    *plan;	/* shared memory, written by the parent after the clone, read once released */
+	int release_fd; /* our end of a socketpair: one byte when the parent has mapped ids, the storage and the root */
+	int report_fd;	/* write end, CLOEXEC */
+	int init_fd;	/* sealed memfd of lensbox-init, CLOEXEC */
 	int cg_fds[LB_CG_MAX_DIRS]; /* v1: the `init` leaf's tasks files, to join by writing "0" */
 	size_t n_cg;
 	char report_fd_arg[16];
@@ -179,6 +183,20 @@ static _Noreturn void init_main(const struct init_args *a)
 		}
 		close(a->cg_fds[i]);
 	}
+	/* Our own network namespace (owned by our user namespace) with lo up, made while the parent mounts the storage
+	 * and builds the skeleton. Nothing of the host's network is reachable from it: it has only lo. */
+	const char *step = NULL;
+	int r = 0;
+	if (unshare(CLONE_NEWNET) < 0) {
+		r = -errno;
+		step = "creating the network namespace";
+	}
+	if (r == 0 && (r = loopback_up()) < 0)
+		step = "bringing up lo";
+	if (r < 0) {
+		lb_child_report(a->report_fd, 'E', -r, 0, step);
+		_exit(1);
+	}
 	char byte;
 	ssize_t n;
 	do
@@ -186,17 +204,15 @@ static _Noreturn void init_main(const struct init_args *a)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1); /* the parent gave up */
-	const char *step = NULL;
-	int r = 0;
-	/* Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
-	if (unshare(CLONE_NEWCGROUP) < 0) {
+	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
+	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
+	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
+	if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP) < 0) {
 		r = -errno;
-		step = "unsharing the cgroup namespace";
+		step = "unsharing the mount and cgroup namespaces";
 	}
 	if (r == 0)
 		r = lb_rootfs_enter(a->plan, &step);
-	if (r == 0 && (r = loopback_up()) < 0)
-		step = "bringing up lo";
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
 	if (r < 0) {
@@ -429,46 +445,19 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 				  spec->storage);
 		goto fail;
 	}
-	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
-	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
-		lb_error_wrap(err, "preparing the storage");
-		goto fail;
-	}
-	bool fresh_fs = r == 1;
-	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
-		lb_error_wrap(err, "mounting the storage");
-		goto fail;
-	}
-	have_disk = true;
-	/* mke2fs's empty lost+found means nothing to the sandbox's programs (only e2fsck uses it, and makes it again
-	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox has seen, so
-	 * nothing in it can be a planted link; rmdir removes only an empty directory. A failure is cosmetic. */
-	if (fresh_fs) {
-		char lf[PATH_MAX];
-		snprintf(lf, sizeof(lf), "%s/lost+found", sb->storage_mnt);
-		(void)rmdir(lf);
-	}
-	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
-	struct stat rst;
-	if (stat(sb->storage_mnt, &rst) < 0 ||
-	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
-	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0))) {
-		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
-		goto fail;
-	}
-	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
-	if ((r = lb_rootfs_prepare(sb, spec, &plan, err)) < 0) {
-		lb_error_wrap(err, "preparing the root filesystem");
-		goto fail;
-	}
 
-	if (pipe2(release, O_CLOEXEC) < 0 || pipe2(report, O_CLOEXEC) < 0) {
+	/* What the child needs exists before the clone; the root's plan is filled later, in memory it shares. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, release) < 0 || pipe2(report, O_CLOEXEC) < 0) {
 		r = lb_error_set(err, errno, "creating pipes");
 		goto fail;
 	}
 	init_fd = lb_init_memfd();
 	if (init_fd < 0) {
 		r = lb_error_set(err, init_fd, "preparing lensbox-init");
+		goto fail;
+	}
+	if (!(plan = lb_rootfs_plan_new())) {
+		r = lb_error_set(err, ENOMEM, "allocating the root plan");
 		goto fail;
 	}
 	struct init_args args = { .plan = plan,
@@ -484,8 +473,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	int pidfd = -1;
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
-	ca.flags =
-	    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET | CLONE_PIDFD;
+	/* The network, mount and cgroup namespaces the child makes itself (init_main), owned by this user namespace. */
+	ca.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = SIGCHLD;
 	/* v2: born in the `init` leaf. v1: the child joins it itself, first thing. */
@@ -528,10 +517,48 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
 	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
 	(void)write_proc(pid, "oom_score_adj", "-1000", NULL);
-	if (write(release[1], "g", 1) != 1) {
-		r = lb_error_set(err, errno, "releasing init");
+
+	/* The storage and the root's skeleton, while the child makes its network namespace. */
+	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
+	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
+		lb_error_wrap(err, "preparing the storage");
 		goto fail;
 	}
+	bool fresh_fs = r == 1;
+	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
+		lb_error_wrap(err, "mounting the storage");
+		goto fail;
+	}
+	have_disk = true;
+	/* mke2fs's empty lost+found means nothing to the sandbox's programs (only e2fsck uses it, and makes it again
+	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox has seen, so
+	 * nothing in it can be a planted link; rmdir removes only an empty directory. A failure is cosmetic. */
+	if (fresh_fs) {
+		char lf[PATH_MAX];
+		snprintf(lf, sizeof(lf), "%s/lost+found", sb->storage_mnt);
+		(void)rmdir(lf);
+	}
+	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
+	struct stat rst;
+	if (stat(sb->storage_mnt, &rst) < 0 ||
+	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
+	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0))) {
+		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
+		goto fail;
+	}
+	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
+	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
+		lb_error_wrap(err, "preparing the root filesystem");
+		goto fail;
+	}
+
+	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
+	ssize_t sent;
+	do
+		sent = send(release[1], "g", 1, MSG_NOSIGNAL);
+	while (sent < 0 && errno == EINTR);
+	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
+		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 	struct lb_child_report rep;
 	ssize_t n;
 	do
