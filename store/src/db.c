@@ -29,7 +29,8 @@
  *
  * Durability: WAL with synchronous=NORMAL. A commit survives the process being killed at any point (the restart test
  * does exactly that); a power cut may lose the last commits but never corrupts the file. FULL would add an fsync to
- * every run, which the per-run latency budget cannot afford.
+ * every run, which the per-run latency budget cannot afford. Statements are prepared once and kept for the life of
+ * the connection (store_prepare); parsing was most of a small statement's cost.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -155,18 +156,63 @@ int store_fail(struct lb_store *s, int rc, struct lb_error *err, const char *wha
 
 int store_prepare(struct lb_store *s, const char *sql, sqlite3_stmt **ret, struct lb_error *err)
 {
+	for (size_t i = 0; i < s->n_stmts; i++)
+		if (strcmp(s->stmts[i].sql, sql) == 0) {
+			*ret = s->stmts[i].st;
+			return 0;
+		}
+	if (s->n_stmts == STORE_MAX_STMTS)
+		return lb_error_setx(err, E2BIG, "preparing a statement: more than %d distinct statements",
+				     STORE_MAX_STMTS);
+	if (s->n_stmts == s->cap_stmts) {
+		size_t cap = s->cap_stmts ? s->cap_stmts * 2 : 32;
+		struct store_stmt *n = realloc(s->stmts, cap * sizeof(*n));
+		if (!n)
+			return lb_error_set(err, ENOMEM, "preparing a statement");
+		s->stmts = n;
+		s->cap_stmts = cap;
+	}
+	char *copy = strdup(sql);
+	if (!copy)
+		return lb_error_set(err, ENOMEM, "preparing a statement");
 	sqlite3_stmt *st = NULL;
-	int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
-	if (rc != SQLITE_OK)
+	int rc = sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+	if (rc != SQLITE_OK) {
+		free(copy);
 		return store_fail(s, rc, err, "preparing a statement");
+	}
+	s->stmts[s->n_stmts++] = (struct store_stmt){ .sql = copy, .st = st };
 	*ret = st;
 	return 0;
 }
 
+void store_stmts_clear(struct lb_store *s)
+{
+	for (size_t i = 0; i < s->n_stmts; i++) {
+		sqlite3_finalize(s->stmts[i].st);
+		free(s->stmts[i].sql);
+	}
+	free(s->stmts);
+	s->stmts = NULL;
+	s->n_stmts = s->cap_stmts = 0;
+}
+
 int store_exec(struct lb_store *s, const char *sql, struct lb_error *err)
 {
-	int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
-	if (rc != SQLITE_OK)
+	if (strchr(sql, ';')) { /* several statements: schema and settings, at open only */
+		int rc = sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+		if (rc != SQLITE_OK)
+			return store_fail(s, rc, err, "running SQL");
+		return 0;
+	}
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r = store_prepare(s, sql, &st, err);
+	if (r < 0)
+		return r;
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+		;
+	if (rc != SQLITE_DONE)
 		return store_fail(s, rc, err, "running SQL");
 	return 0;
 }
@@ -377,11 +423,13 @@ int lb_store_open(const struct lb_store_config *cfg, struct lb_store **ret, stru
 	if (r >= 0)
 		r = migrate(s, err);
 	if (r < 0) {
+		store_stmts_clear(s);
 		sqlite3_close(s->db);
 		return lb_error_wrap(err, "opening the state database %s", path);
 	}
 	r = pthread_mutex_init(&s->lock, NULL);
 	if (r != 0) {
+		store_stmts_clear(s);
 		sqlite3_close(s->db);
 		return lb_error_set(err, r, "opening the store: creating its lock");
 	}
@@ -394,7 +442,8 @@ void lb_store_close(struct lb_store *s)
 {
 	if (!s)
 		return;
-	sqlite3_close(s->db); /* every statement is finalised by the function that prepared it */
+	store_stmts_clear(s);
+	sqlite3_close(s->db);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd); /* after the database is closed: the next lensboxd may start */
 	pthread_mutex_destroy(&s->lock);

@@ -14,12 +14,20 @@
 
 #include "lb/store.h"
 
+/* A prepared statement kept for the life of the connection, found again by its SQL text. */
+struct store_stmt {
+	char *sql;
+	sqlite3_stmt *st;
+};
+
 struct lb_store {
 	sqlite3 *db;
 	int lock_fd; /* <path>.lock, flock()ed for as long as the store is open: one lensboxd per state database */
 	pthread_mutex_t lock;
 	uint32_t uid_base;
 	uint32_t uid_count;
+	struct store_stmt *stmts; /* every statement store_prepare() made; under lock */
+	size_t n_stmts, cap_stmts;
 };
 
 /* Locks s and returns it; pair with `_cleanup_unlock_ struct lb_store *locked = store_lock(s);`. */
@@ -36,20 +44,33 @@ static inline void store_unlockp(struct lb_store **s)
 }
 #define _cleanup_unlock_ __attribute__((cleanup(store_unlockp)))
 
-static inline void store_finalizep(sqlite3_stmt **st)
+/* Gives a statement from store_prepare() back: reset (its read transaction ends) and its bindings cleared. It stays
+ * prepared in the store; declare it after the lock so this runs before the unlock. */
+static inline void store_releasep(sqlite3_stmt **st)
 {
-	sqlite3_finalize(*st); /* accepts NULL */
+	if (*st) {
+		sqlite3_reset(*st);
+		sqlite3_clear_bindings(*st);
+	}
 }
-#define _cleanup_stmt_ __attribute__((cleanup(store_finalizep)))
+#define _cleanup_stmt_ __attribute__((cleanup(store_releasep)))
 
 /* Records SQLite's last error on s->db as "<what>: <sqlite message>" with an errno that fits the SQLite code
  * (EEXIST for constraint violations, EBUSY, ENOSPC for a full disk, EIO otherwise). Returns the negative errno. */
 int store_fail(struct lb_store *s, int rc, struct lb_error *err, const char *what);
 
-/* Prepares sql; on failure fills err and returns a negative errno. */
+/* The prepared statement for sql, prepared at its first use and kept (parsing is most of a small statement's
+ * cost): hold it in a `_cleanup_stmt_` variable, never finalize it; one user at a time (the lock), and no function
+ * uses the same text twice at once. The texts are literals or built from a fixed set of parts, so their number is
+ * bounded; past STORE_MAX_STMTS distinct texts it fails (a bug). On failure fills err and returns a negative
+ * errno. */
+#define STORE_MAX_STMTS 128
 int store_prepare(struct lb_store *s, const char *sql, sqlite3_stmt **ret, struct lb_error *err);
 
-/* Runs statements with no results (BEGIN, COMMIT, DDL). */
+/* Finalizes every kept statement; before sqlite3_close(). */
+void store_stmts_clear(struct lb_store *s);
+
+/* Runs statements with no results (BEGIN, COMMIT, DDL); a single statement is kept prepared. */
 int store_exec(struct lb_store *s, const char *sql, struct lb_error *err);
 
 /* Rolls back an open transaction, ignoring failure (used on error paths only). */
