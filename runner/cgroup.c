@@ -199,7 +199,10 @@ int lb_cg_open_join(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, 
 	const char *file = cg->version == LB_CGROUP_V1 ? "tasks" : "cgroup.procs";
 	for (size_t i = 0; i < cg->n_dirs; i++) {
 		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s/%s", cg->dirs[i], lb_cg_leaf_name(leaf), file);
+		if (lb_cg_has_leaf(cg, i, leaf))
+			snprintf(path, sizeof(path), "%s/%s/%s", cg->dirs[i], lb_cg_leaf_name(leaf), file);
+		else
+			snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], file);
 		int fd = open(path, O_WRONLY | O_CLOEXEC);
 		if (fd < 0) {
 			int e = errno;
@@ -226,6 +229,8 @@ int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
 bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
 {
 	for (size_t i = 0; i < cg->n_dirs; i++) {
+		if (!lb_cg_has_leaf(cg, i, leaf))
+			continue;
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/%s/cgroup.procs", cg->dirs[i], lb_cg_leaf_name(leaf));
 		_cleanup_free_ char *s = NULL;
@@ -283,6 +288,8 @@ int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 void lb_cg_remove_idle_leaf(struct lb_cgroup *cg, enum lb_cg_leaf leaf)
 {
 	for (size_t i = 0; i < cg->n_dirs; i++) {
+		if (!lb_cg_has_leaf(cg, i, leaf))
+			continue;
 		char path[PATH_MAX];
 		snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name(leaf));
 		/* rmdir of a leaf inside our own subtree; the kernel refuses it (EBUSY) while a process is in it. */
@@ -299,15 +306,26 @@ int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err)
 			first = r;
 	}
 	for (size_t i = 0; i < cg->n_dirs; i++) {
-		for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
-			char path[PATH_MAX];
-			snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name((enum lb_cg_leaf)leaf));
-			/* rmdir of an empty leaf inside our own subtree. */
-			if (rmdir(path) < 0 && errno != ENOENT && first == 0)
-				first = lb_error_set(err, errno, "removing cgroup %s", path);
+		/* Our leaves first; all of them when the directory holds more (a layout with other leaves, left by a
+		 * crash of an older version). rmdir of an empty cgroup inside our own subtree. */
+		for (int pass = 0; pass < 2; pass++) {
+			for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+				if (pass == 0 && !lb_cg_has_leaf(cg, i, (enum lb_cg_leaf)leaf))
+					continue;
+				char path[PATH_MAX];
+				snprintf(path, sizeof(path), "%s/%s", cg->dirs[i],
+					 lb_cg_leaf_name((enum lb_cg_leaf)leaf));
+				if (rmdir(path) < 0 && errno != ENOENT && first == 0)
+					first = lb_error_set(err, errno, "removing cgroup %s", path);
+			}
+			if (rmdir(cg->dirs[i]) == 0 || errno == ENOENT)
+				break;
+			if (pass == 1 || errno != EBUSY) {
+				if (first == 0)
+					first = lb_error_set(err, errno, "removing cgroup %s", cg->dirs[i]);
+				break;
+			}
 		}
-		if (rmdir(cg->dirs[i]) < 0 && errno != ENOENT && first == 0)
-			first = lb_error_set(err, errno, "removing cgroup %s", cg->dirs[i]);
 	}
 	return first;
 }

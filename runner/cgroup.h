@@ -53,6 +53,11 @@ struct lb_cgroup {
 	size_t n_dirs;
 	/* v1: which entry of dirs[] carries each controller. */
 	int ctrl_dir[LB_CG1_N];
+	/* Which leaves each directory has (bit 1 << enum lb_cg_leaf). v2: both. v1: only what a hierarchy's counters or
+	 * kills need: freezer both (a run is killed without init), memory and cpuacct `run` (a run's peak memory, OOM
+	 * kills and CPU time), cpu and pids none (their limits are on the sandbox directory, where a process without a
+	 * leaf lives). Every mkdir and rmdir of a v1 cgroup costs tens of microseconds of a start or stop. */
+	unsigned leaves[LB_CG_MAX_DIRS];
 	int peak_fd;		     /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
 	bool peak_reset_unsupported; /* v2 before 6.12: the run leaf is recreated per run instead */
 	bool fresh; /* lb_cg_create made the sandbox directory in every hierarchy: no process can be in it */
@@ -70,17 +75,19 @@ int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct l
 /* Describes the existing cgroup of a sandbox from its name only (for cleanup); does not create anything. */
 int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err);
 
-/* Opens (O_WRONLY|O_CLOEXEC) what a single-threaded child writes "0" into to join a leaf, one per hierarchy: on v1
- * the leaf's `tasks` (moving the calling thread, which is the whole process, takes no cgroup_threadgroup_rwsem and so
- * never waits for an RCU grace period the way a cgroup.procs write does); on v2 cgroup.procs (v2 children are
- * born in their leaf with CLONE_INTO_CGROUP instead). fds must hold LB_CG_MAX_DIRS entries. */
+/* Opens (O_WRONLY|O_CLOEXEC) what a single-threaded child writes "0" into to join a leaf, one per hierarchy (a v1
+ * hierarchy without that leaf: the sandbox directory itself): on v1 the leaf's `tasks` (moving the calling thread,
+ * which is the whole process, takes no cgroup_threadgroup_rwsem and so never waits for an RCU grace period the way a
+ * cgroup.procs write does); on v2 cgroup.procs (v2 children are born in their leaf with CLONE_INTO_CGROUP instead). fds
+ * must hold LB_CG_MAX_DIRS entries. */
 int lb_cg_open_join(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err);
 
 /* v2 only: an O_DIRECTORY fd of a leaf for clone3(CLONE_INTO_CGROUP), which starts a child directly in it (no
  * migration, no wait on cgroup_threadgroup_rwsem). -EOPNOTSUPP on v1, where the child writes cgroup.procs. */
 int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
 
-/* True when a leaf holds a process (or cannot be read, which is treated as "in use"). */
+/* True when a leaf holds a process (or cannot be read, which is treated as "in use"); hierarchies without that leaf
+ * are not looked at (v1's freezer has both leaves: every process of a sandbox is in one of them). */
 bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
 
 /* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty. */
@@ -113,6 +120,10 @@ int lb_cg2_reset_peak(struct lb_cgroup *cg);
 
 /* Shared helpers for the back ends. */
 const char *lb_cg_leaf_name(enum lb_cg_leaf leaf);
+static inline bool lb_cg_has_leaf(const struct lb_cgroup *cg, size_t dir, enum lb_cg_leaf leaf)
+{
+	return cg->leaves[dir] & (1u << leaf);
+}
 /* Waits until <dir>/<leaf>/cgroup.procs is empty, up to timeout_ms. */
 int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms);
 

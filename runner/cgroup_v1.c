@@ -1,6 +1,7 @@
 /*
  * cgroup_v1.c — the cgroup v1 back end: one directory `lensbox/<name>` in each of the memory, cpu, cpuacct, pids
- * and freezer hierarchies, with the `init` and `run` leaves below it and the limits on it.
+ * and freezer hierarchies with the limits on it, and below it the leaves a hierarchy needs (cgroup.h): `init` and
+ * `run` in freezer, `run` in memory and cpuacct. A process is in a leaf where there is one, else in the directory.
  *
  * Runs in the caller (root). Writes only below <controller mount>/lensbox. v1 has no cgroup.kill, so a leaf is
  * killed by freezing it (nothing in it can fork or exit, so no pid read from cgroup.procs can be recycled under
@@ -43,6 +44,20 @@ static int write_in(const char *dir, const char *file, const char *value, struct
 	return 0;
 }
 
+/* The leaves a controller's hierarchy needs (cgroup.h says why). */
+static unsigned ctrl_leaves(int c)
+{
+	switch (c) {
+	case LB_CG1_FREEZER:
+		return 1u << LB_CG_INIT | 1u << LB_CG_RUN;
+	case LB_CG1_MEMORY:
+	case LB_CG1_CPUACCT:
+		return 1u << LB_CG_RUN;
+	default:
+		return 0;
+	}
+}
+
 int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
 		 const struct lb_sandbox_limits *lim, struct lb_error *err)
 {
@@ -56,12 +71,14 @@ int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char
 				found = cg->ctrl_dir[p];
 		if (found >= 0) {
 			cg->ctrl_dir[c] = found;
+			cg->leaves[found] |= ctrl_leaves(c);
 			continue;
 		}
 		char *dir = NULL;
 		if (asprintf(&dir, "%s/lensbox/%s", host->v1_mount[c], name) < 0)
 			return lb_error_set(err, ENOMEM, "allocating cgroup path");
 		cg->ctrl_dir[c] = (int)cg->n_dirs;
+		cg->leaves[cg->n_dirs] = ctrl_leaves(c);
 		cg->dirs[cg->n_dirs++] = dir;
 	}
 	if (!create)
@@ -132,6 +149,8 @@ int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char
 
 	for (size_t i = 0; i < cg->n_dirs; i++) {
 		for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+			if (!lb_cg_has_leaf(cg, i, (enum lb_cg_leaf)leaf))
+				continue;
 			char path[PATH_MAX];
 			snprintf(path, sizeof(path), "%s/%s", cg->dirs[i], lb_cg_leaf_name((enum lb_cg_leaf)leaf));
 			if (mkdir(path, 0755) < 0 && errno != EEXIST)
@@ -205,8 +224,10 @@ int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err
 	r = write_in(leafdir, "freezer.state", "THAWED", err);
 	if (r < 0)
 		return r;
-	/* Every hierarchy must see them gone before rmdir or a new run. */
+	/* Every hierarchy with that leaf must see them gone before rmdir or a new run. */
 	for (size_t i = 0; i < cg->n_dirs; i++) {
+		if (!lb_cg_has_leaf(cg, i, leaf))
+			continue;
 		r = lb_cg_wait_empty(cg->dirs[i], leaf, 5000);
 		if (r < 0)
 			return lb_error_set(err, r, "waiting for cgroup %s/%s to empty", cg->dirs[i],
@@ -232,21 +253,30 @@ int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 		(void)lb_read_u64_at(AT_FDCWD, path, &ret->cpu_usage_ns);
 	}
 	/* v1 counts OOM kills and refused forks in the cgroup of the task concerned, without propagating them to
-	 * the parent (v2 does): add the sandbox directory's own count and its leaves'. */
-	static const char *const where[] = { "", "/init", "/run" };
-	for (size_t i = 0; i < 3; i++) {
+	 * the parent (v2 does): add the sandbox directory's own count (where init and, without leaves, every process
+	 * is) and its leaves'. */
+	int md = cg->ctrl_dir[LB_CG1_MEMORY], pd = cg->ctrl_dir[LB_CG1_PIDS];
+	for (int w = -1; w <= LB_CG_RUN; w++) {
+		char where[8] = "";
+		if (w >= 0)
+			snprintf(where, sizeof(where), "/%s", lb_cg_leaf_name((enum lb_cg_leaf)w));
 		uint64_t v = 0;
-		snprintf(path, sizeof(path), "%s%s/memory.oom_control", mem, where[i]);
-		if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &v) < 0) {
-			/* Kernels before 4.13 have no oom_kill counter: a hit on the limit is the closest sign. */
-			snprintf(path, sizeof(path), "%s%s/memory.failcnt", mem, where[i]);
-			(void)lb_read_u64_at(AT_FDCWD, path, &v);
+		if (w < 0 || lb_cg_has_leaf(cg, (size_t)md, (enum lb_cg_leaf)w)) {
+			snprintf(path, sizeof(path), "%s%s/memory.oom_control", mem, where);
+			if (lb_read_keyed_u64_at(AT_FDCWD, path, "oom_kill", &v) < 0) {
+				/* Kernels before 4.13 have no oom_kill counter: a hit on the limit is the closest sign.
+				 */
+				snprintf(path, sizeof(path), "%s%s/memory.failcnt", mem, where);
+				(void)lb_read_u64_at(AT_FDCWD, path, &v);
+			}
+			ret->oom_kills += v;
 		}
-		ret->oom_kills += v;
 		v = 0;
-		snprintf(path, sizeof(path), "%s%s/pids.events", dir_of(cg, LB_CG1_PIDS), where[i]);
-		(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &v);
-		ret->pids_max += v;
+		if (w < 0 || lb_cg_has_leaf(cg, (size_t)pd, (enum lb_cg_leaf)w)) {
+			snprintf(path, sizeof(path), "%s%s/pids.events", dir_of(cg, LB_CG1_PIDS), where);
+			(void)lb_read_keyed_u64_at(AT_FDCWD, path, "max", &v);
+			ret->pids_max += v;
+		}
 	}
 	snprintf(path, sizeof(path), "%s/run/memory.max_usage_in_bytes", mem);
 	(void)lb_read_u64_at(AT_FDCWD, path, &ret->peak_bytes);

@@ -90,6 +90,7 @@ int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char
 	char *dir = NULL;
 	if (asprintf(&dir, "%s/%s", host->v2_base, name) < 0)
 		return lb_error_set(err, ENOMEM, "allocating cgroup path");
+	cg->leaves[cg->n_dirs] = 1u << LB_CG_INIT | 1u << LB_CG_RUN; /* v2: a process lives only in a leaf */
 	cg->dirs[cg->n_dirs++] = dir;
 	if (!create)
 		return 0;
