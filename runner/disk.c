@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
@@ -426,12 +428,13 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 	}
 }
 
-/* The flusher: a grandchild of the caller (its parent exits at once, so nobody has to reap it) that holds the last
- * reference to the detached filesystem and the storage lock. It waits until the caller has dropped its own
- * reference (EOF on `go`), then closing the mount's fd shuts the filesystem down in this process (journal commit,
- * superblock, flush through the loop device to the host's disk, loop autoclear) and it removes the empty mount
- * point; only then is the lock released. It runs raw syscalls only (forked from a possibly multithreaded caller)
- * and holds no other descriptor of the caller (the caller's stdout may be a pipe someone waits on). */
+/* The flusher: a grandchild of the caller (its parent, which shares the caller's memory, exits at once, so nobody
+ * has to reap it) that holds the last reference to the detached filesystem and the storage lock. It waits until the
+ * caller has dropped its own reference (EOF on `go`), then closing the mount's fd shuts the filesystem down in this
+ * process (journal commit, superblock, flush through the loop device to the host's disk, loop autoclear) and it
+ * removes the empty mount point; only then is the lock released. It runs raw syscalls only (forked from a possibly
+ * multithreaded caller) and holds no other descriptor of the caller (the caller's stdout may be a pipe someone waits
+ * on). */
 static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *mountpoint)
 {
 	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
@@ -462,6 +465,17 @@ static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *
 	_exit(0);
 }
 
+struct flusher_args {
+	int mnt_fd, lock_fd, go;
+	const char *mountpoint;
+};
+
+static int flusher_start(void *arg)
+{
+	const struct flusher_args *a = arg;
+	flusher_main(a->mnt_fd, a->lock_fd, a->go, a->mountpoint);
+}
+
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err)
 {
 	*ret = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
@@ -486,9 +500,18 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 	int go[2] = { -1, -1 };
 	pid_t pid = -1;
 	if (lock_fd >= 0 && pipe2(go, O_CLOEXEC) == 0) {
-		pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
-		if (pid == 0)
-			flusher_main(mnt_fd, lock_fd, go[0], mountpoint);
+		/* The intermediate child borrows our memory (CLONE_VM, we are suspended until it exits, on a stack of
+		 * its own in this frame, signals blocked so no handler of ours runs in it), so only the flusher's fork
+		 * copies our memory: one copy instead of two. It only forks the flusher and exits. */
+		struct flusher_args fa = {
+			.mnt_fd = mnt_fd, .lock_fd = lock_fd, .go = go[0], .mountpoint = mountpoint
+		};
+		_Alignas(16) char stack[16384];
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		pid = clone(flusher_start, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &fa);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		close(go[0]);
 		if (pid < 0) {
 			close(go[1]);

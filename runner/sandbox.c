@@ -267,10 +267,11 @@ static void sandbox_free(struct lb_sandbox *sb)
 }
 
 /* Kills init, its cgroup, unmounts root and storage (the storage's flush continues in the background, disk.c).
- * Used by stop and by a failed start. The state tmpfs and the idle `run` leaf go while init dies on another CPU (the
- * sandbox's own mount namespace holds what it uses of the tmpfs; the host's mount only serves to build it); the rest
- * of the cgroups needs init gone, and the storage must lose its last reference in the flusher, so both wait for
- * init's reaping; the flusher's fork is then reaped after the cgroups are removed, by when it has usually run. */
+ * Used by stop and by a failed start. While init dies on another CPU: the state tmpfs goes (the sandbox's own mount
+ * namespace holds what it uses of it; the host's mount only serves to build it), the idle `run` leaf, and the host's
+ * mount of the storage with the flusher's fork (our reference to the detached storage keeps it alive, so init's
+ * dying mount namespace never drops its last one). The rest of the cgroups needs init gone; the storage must lose
+ * its last reference in the flusher, so we drop ours (detach_finish) only once init is reaped. */
 static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
 {
 	int first = 0;
@@ -290,12 +291,6 @@ static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struc
 	/* No run is in progress (exec reaps its whole leaf before it returns): the `run` leaf goes now too. */
 	if (sb->cg)
 		lb_cg_remove_idle_leaf(sb->cg, LB_CG_RUN);
-	if (sb->init_pidfd >= 0) {
-		siginfo_t si;
-		while (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
-			;
-	}
-	/* The storage's mount goes first and its flusher starts while the cgroups are removed. */
 	struct lb_disk_detach detach = { .mnt_fd = -1, .go = -1, .pid = -1 };
 	if (have_disk) {
 		lb_error_clear(&e2);
@@ -305,6 +300,11 @@ static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struc
 			if (err)
 				*err = e2;
 		}
+	}
+	if (sb->init_pidfd >= 0) {
+		siginfo_t si;
+		while (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+			;
 	}
 	if (sb->cg) {
 		lb_error_clear(&e2);
