@@ -87,15 +87,15 @@ struct lb_rootfs_plan;
 /* An empty plan in memory shared with children forked later (MAP_SHARED): the sandbox's first process is forked
  * before the plan is written and reads it once released. NULL when out of memory. Freed by lb_rootfs_plan_free(). */
 struct lb_rootfs_plan *lb_rootfs_plan_new(void);
-/* Host side: makes the skeleton (state tmpfs, generated /etc, /dev skeleton) and writes what the child needs into
- * plan. */
+/* Host side: makes the skeleton (generated /etc, /dev skeleton) in a tmpfs attached nowhere, whose fd it returns
+ * in *ret_state_fd (CLOEXEC, the caller's, handed to the child), and writes what the child needs into plan. */
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *plan,
-		      struct lb_error *err);
+		      int *ret_state_fd, struct lb_error *err);
 /* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names
  * the step. */
-int lb_rootfs_enter(const struct lb_rootfs_plan *plan, const char **ret_step);
+int lb_rootfs_enter(const struct lb_rootfs_plan *plan, int state_fd, const char **ret_step);
 void lb_rootfs_plan_free(struct lb_rootfs_plan *plan);
-/* Host side teardown: unmounts the overlay and removes the state directory. */
+/* Crash cleanup of what an older version left on the host: a state tmpfs mounted at state_dir and its files. */
 int lb_rootfs_remove(const char *state_dir, struct lb_error *err);
 
 /* landlock.c */

@@ -197,13 +197,26 @@ static _Noreturn void init_main(const struct init_args *a)
 		lb_child_report(a->report_fd, 'E', -r, 0, step);
 		_exit(1);
 	}
+	/* The release: one byte and the state tmpfs's fd (rootfs.c). */
 	char byte;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)
+	};
 	ssize_t n;
 	do
-		n = read(a->release_fd, &byte, 1);
+		n = recvmsg(a->release_fd, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
-	if (n != 1)
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	if (n != 1 || !c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int)))
 		_exit(1); /* the parent gave up */
+	int state_fd;
+	memcpy(&state_fd, CMSG_DATA(c), sizeof(int));
 	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
 	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
 	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
@@ -212,7 +225,7 @@ static _Noreturn void init_main(const struct init_args *a)
 		step = "unsharing the mount and cgroup namespaces";
 	}
 	if (r == 0)
-		r = lb_rootfs_enter(a->plan, &step);
+		r = lb_rootfs_enter(a->plan, state_fd, &step);
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
 	if (r < 0) {
@@ -266,28 +279,19 @@ static void sandbox_free(struct lb_sandbox *sb)
 	free(sb);
 }
 
-/* Kills init, its cgroup, unmounts root and storage (the storage's flush continues in the background, disk.c).
- * Used by stop and by a failed start. While init dies on another CPU: the state tmpfs goes (the sandbox's own mount
- * namespace holds what it uses of it; the host's mount only serves to build it), the idle `run` leaf, and the host's
- * mount of the storage with the flusher's fork (our reference to the detached storage keeps it alive, so init's
- * dying mount namespace never drops its last one). The rest of the cgroups needs init gone; the storage must lose
- * its last reference in the flusher, so we drop ours (detach_finish) only once init is reaped. */
-static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
+/* Kills init and its cgroup and unmounts the storage (its flush continues in the background, disk.c). Used by stop
+ * and by a failed start. The root needs nothing here: its mounts live only in the sandbox's mount namespace, which
+ * goes with init. While init dies on another CPU: the idle `run` leaf goes, and the host's mount of the storage with
+ * the flusher's fork (our reference to the detached storage keeps it alive, so init's dying mount namespace never
+ * drops its last one). The rest of the cgroups needs init gone; the storage must lose its last reference in the
+ * flusher, so we drop ours (detach_finish) only once init is reaped. */
+static int teardown(struct lb_sandbox *sb, bool have_disk, struct lb_error *err)
 {
 	int first = 0;
 	struct lb_error e2;
 	/* SIGKILL to our own child through its pidfd: it cannot have been recycled. */
 	if (sb->init_pidfd >= 0)
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
-	if (have_root) {
-		lb_error_clear(&e2);
-		int r = lb_rootfs_remove(sb->state_dir, &e2);
-		if (r < 0 && first == 0) {
-			first = r;
-			if (err)
-				*err = e2;
-		}
-	}
 	/* No run is in progress (exec reaps its whole leaf before it returns): the `run` leaf goes now too. */
 	if (sb->cg)
 		lb_cg_remove_idle_leaf(sb->cg, LB_CG_RUN);
@@ -408,7 +412,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
 	}
 	struct lb_cg_host host;
-	bool have_disk = false, have_root = false;
+	bool have_disk = false;
+	int state_fd = -1;
 	struct lb_rootfs_plan *plan = NULL;
 	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
 	int init_fd = -1;
@@ -546,17 +551,32 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
 		goto fail;
 	}
-	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
-	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
+	if ((r = lb_rootfs_prepare(sb, spec, plan, &state_fd, err)) < 0) {
 		lb_error_wrap(err, "preparing the root filesystem");
 		goto fail;
 	}
 
 	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} cm;
+	memset(&cm, 0, sizeof(cm));
+	struct iovec iov = { .iov_base = "g", .iov_len = 1 };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)
+	};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &state_fd, sizeof(int));
 	ssize_t sent;
 	do
-		sent = send(release[1], "g", 1, MSG_NOSIGNAL);
+		sent = sendmsg(release[1], &mh, MSG_NOSIGNAL);
 	while (sent < 0 && errno == EINTR);
+	close(state_fd); /* the child has its own now; with both gone the tmpfs would go */
+	state_fd = -1;
 	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 	struct lb_child_report rep;
@@ -584,6 +604,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	return 0;
 
 fail:
+	if (state_fd >= 0)
+		close(state_fd);
 	if (init_fd >= 0)
 		close(init_fd);
 	for (int i = 0; i < 2; i++) {
@@ -597,7 +619,7 @@ fail:
 		waitpid(pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(plan);
-	teardown(sb, have_disk, have_root, NULL);
+	teardown(sb, have_disk, NULL);
 	sandbox_free(sb);
 	return r;
 }
@@ -642,7 +664,7 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
 {
 	if (!sb)
 		return 0;
-	int r = teardown(sb, true, true, err);
+	int r = teardown(sb, true, err);
 	if (r < 0)
 		lb_error_wrap(err, "stopping sandbox %s", sb->name);
 	sandbox_free(sb);
