@@ -11,8 +11,8 @@
  *   +--------------------------------+  magic "LBSCMP01", format, native arch token, libseccomp's version and the
  *   | header (struct entry_header)   |  identity of its shared object (device, inode, size, mtime), the identity of
  *   +--------------------------------+  the compiler (a hash of seccomp.c, set by the build), the JSON's length,
- *   | the exact seccomp.json bytes   |  the allowed-syscall count, the instruction count and an FNV-1a 64 checksum
- *   +--------------------------------+  of everything (checksum field zero)
+ *   | the exact seccomp.json bytes   |  the allowed-syscall count, the instruction count and a 64-bit checksum
+ *   +--------------------------------+  of the header (checksum field zero) and the instructions
  *   | the BPF instructions           |
  *   +--------------------------------+
  *
@@ -24,7 +24,8 @@
  * and the file belong to the caller's euid, are writable by nobody else, the file is a regular file with one link
  * (opened without following a symlink) and of the exact size its header implies; otherwise it is a miss. The
  * directory's parents are the caller's to choose (a root-only runtime directory). Entries are written under a
- * temporary name and renamed, so a reader never sees half an entry; a torn or altered one fails the checksum.
+ * temporary name and renamed, so a reader never sees half an entry; a torn or altered one fails the checksum (its
+ * header or instructions) or the comparison with the profile (its JSON).
  * Any failure here is a miss, never an error of the policy load: the caller compiles and tries to store again.
  * The directory holds at most MAX_ENTRIES entries; storing one more first removes the others.
  */
@@ -50,7 +51,7 @@
 #endif
 
 #define ENTRY_MAGIC   "LBSCMP01"
-#define ENTRY_FORMAT  1u
+#define ENTRY_FORMAT  2u /* 2: the checksum covers the header and the instructions (hash_words) */
 #define ENTRY_PREFIX  "seccomp-"
 #define ENTRY_SUFFIX  ".bpf"
 #define MAX_ENTRIES   64
@@ -67,7 +68,7 @@ struct entry_header {
 	char compiler[COMPILER_ID_N];
 	uint64_t json_len;
 	uint64_t allowed;
-	uint64_t checksum; /* FNV-1a 64 of the header with this field zero, the JSON and the instructions */
+	uint64_t checksum; /* hash_words() of the header with this field zero and the instructions */
 };
 /* Compared and hashed as bytes: no padding may hide in it. */
 _Static_assert(sizeof(struct entry_header) == 144, "entry_header must have no padding");
@@ -99,32 +100,42 @@ static int fill_identity(struct entry_header *h, struct lb_error *err)
 	return 0;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+/* FNV-1a's step over 64-bit little-endian words, then the tail's bytes: a hash that spreads entries and catches a torn
+ * or altered file (not an attacker: only the caller's euid can write the cache), eight times fewer multiplications
+ * than FNV-1a over bytes. The JSON is hashed only into the entry's name: a hit compares it byte for byte anyway. */
+static uint64_t hash_words(uint64_t h, const void *data, size_t len)
 {
 	const unsigned char *p = data;
-	for (size_t i = 0; i < len; i++) {
-		h ^= p[i];
+	for (; len >= 8; p += 8, len -= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		h ^= w;
+		h *= 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	for (; len > 0; p++, len--) {
+		h ^= *p;
 		h *= 0x100000001b3ULL;
 	}
 	return h;
 }
 
-#define FNV_BASIS 0xcbf29ce484222325ULL
+#define HASH_BASIS 0xcbf29ce484222325ULL
 
-static uint64_t entry_checksum(const struct entry_header *h, const char *json, const struct sock_filter *insns)
+/* Of the header (this field zero) and the instructions. */
+static uint64_t entry_checksum(const struct entry_header *h, const struct sock_filter *insns)
 {
 	struct entry_header copy = *h;
 	copy.checksum = 0;
-	uint64_t c = fnv1a(FNV_BASIS, &copy, sizeof(copy));
-	c = fnv1a(c, json, (size_t)h->json_len);
-	return fnv1a(c, insns, (size_t)h->n_insns * sizeof(struct sock_filter));
+	uint64_t c = hash_words(HASH_BASIS, &copy, sizeof(copy));
+	return hash_words(c, insns, (size_t)h->n_insns * sizeof(struct sock_filter));
 }
 
 /* The entry's file name: a hash of the identity and the JSON (collisions only cost a miss). */
 static void entry_name(const struct entry_header *id, const char *text, size_t len, char *buf, size_t size)
 {
-	uint64_t h = fnv1a(FNV_BASIS, id, sizeof(*id));
-	h = fnv1a(h, text, len);
+	uint64_t h = hash_words(HASH_BASIS, id, sizeof(*id));
+	h = hash_words(h, text, len);
 	snprintf(buf, size, ENTRY_PREFIX "%016" PRIx64 ENTRY_SUFFIX, h);
 }
 
@@ -214,7 +225,7 @@ int lb_seccomp_cache_get(const char *cache_dir, const char *text, size_t len, st
 	if (!insns)
 		return lb_error_set(err, ENOMEM, "seccomp cache: reading %s", name);
 	memcpy(insns, json + len, insn_bytes);
-	if (entry_checksum(&h, json, insns) != h.checksum) {
+	if (entry_checksum(&h, insns) != h.checksum) {
 		free(insns);
 		return lb_error_setx(err, EBADMSG, "seccomp cache: %s fails its checksum", name);
 	}
@@ -266,7 +277,7 @@ int lb_seccomp_cache_put(const char *cache_dir, const char *text, size_t len, co
 	h.n_insns = prog->len;
 	h.json_len = len;
 	h.allowed = allowed;
-	h.checksum = entry_checksum(&h, text, prog->filter);
+	h.checksum = entry_checksum(&h, prog->filter);
 
 	/* A private temporary name, renamed over the entry once complete: readers see the old entry or the new. */
 	snprintf(tmp, sizeof(tmp), ".tmp-%d-%s", (int)getpid(), name);
