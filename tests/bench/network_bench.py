@@ -4,9 +4,10 @@
 Prints, from one run:
   - the time lb_net_attach() takes for a `web` sandbox against an `off` one (median of --rounds), and the difference:
     what the network adds to creating a sandbox (target: <= 15 ms);
-  - the throughput of a bulk download (curl, --size MiB) through the `web` tier (forward + masquerade) and through
-    the `packages` relay (HTTP and HTTPS), each against the same download made directly from the world's host
-    namespace (target: >= 90 %).
+  - the throughput of a bulk download (curl, --size MiB) through the `web` tier (forward + masquerade, or the
+    flowtable's fast path where the kernel has flowtables: the first line says which) and through the `packages`
+    relay (HTTP and HTTPS), each against the same download made directly from the world's host namespace
+    (target: >= 90 %). `--no-offload` runs lensbox without its flowtable, to compare.
 The last line is the figures as JSON. Needs root and a built lensbox-net (LENSBOX_BUILD_DIR, default build/).
 
 How the throughput is compared, and why:
@@ -129,11 +130,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=20, help="attach/detach rounds per tier")
     ap.add_argument("--size", type=int, default=1024, help="MiB per download")
     ap.add_argument("--repeat", type=int, default=7, help="direct/tier pairs per path")
+    ap.add_argument("--no-offload", action="store_true",
+                    help="lensbox without its flowtable (lb_net_config.no_flow_offload), to compare")
+    ap.add_argument("--only", default="", help="comma-separated paths to measure (web_http, relay_http, "
+                    "relay_https); default: all")
     a = ap.parse_args()
     size = a.size << 20
     w = nw.World()
     try:
-        w.start_lensbox()
+        w.start_lensbox(["--no-offload"] if a.no_offload else [])
+        health = dict(kv.split("=", 1) for kv in w.ctl.cmd("health").split() if "=" in kv)
+        offload = health.get("offload") == "1"
+        why = w.ctl.cmd("health").split('offload_why="', 1)[-1].rstrip('"')
+        print(f"flowtable offload: {'on' if offload else 'off (' + why + ')'}")
         off = attach_ms(w, "off", a.rounds)
         web = attach_ms(w, "web", a.rounds)
         print(f"attach off {off:.2f} ms, web {web:.2f} ms: web adds {web - off:.2f} ms to a sandbox's creation")
@@ -141,7 +150,7 @@ def main():
         psb = w.add_sandbox("bpkg", "packages")
         pids = world_pids(w)
         figures = {"attach_off_ms": round(off, 3), "attach_web_ms": round(web, 3),
-                   "extra_create_ms": round(web - off, 3)}
+                   "extra_create_ms": round(web - off, 3), "web_offload": offload}
         pairs = [
             ("web_http", wsb["ns"], f"http://{nw.SITE}/bulk/{size}", f"{nw.SITE}:80:{nw.SITE_IP}"),
             ("relay_http", psb["ns"], f"http://files.pythonhosted.org/bulk/{size}",
@@ -149,7 +158,10 @@ def main():
             ("relay_https", psb["ns"], f"https://files.pythonhosted.org/bulk/{size}",
              f"files.pythonhosted.org:443:{nw.REGISTRY_IP}"),
         ]
+        only = set(filter(None, a.only.split(",")))
         for key, ns, url, resolve in pairs:
+            if only and key not in only:
+                continue
             med, ratio, ratios = compare(w, ns, url, resolve, size, a.repeat, pids)
             (d_rate, d_ttfb, d_cpu), (t_rate, t_ttfb, t_cpu) = med["direct"], med["tier"]
             figures.update({f"{key}_direct_mibs": round(d_rate, 1), f"{key}_mibs": round(t_rate, 1),
