@@ -125,6 +125,25 @@ def test_flush_and_restart_keep_the_device_list_right(fresh):
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
 
 
+def test_a_lost_flowtable_is_put_back_with_its_devices(fresh):
+    """Someone removes only the fast path (the rule that feeds it, then the flowtable): verify reloads the table
+    whole, so the flowtable comes back with every web sandbox's veth. Without flowtables there is nothing to lose."""
+    w = fresh
+    g = w.add_sandbox("ftg", "web")
+    if w.flowtables:
+        nw.sh("nft", "-f", "-", ns=w.host, input="flush chain inet lensbox allowed\n"
+              "add rule inet lensbox allowed accept\ndelete flowtable inet lensbox fastpath\n")
+        assert nf.flowtable_devices(w) is None
+        assert int(w.ctl.ok("verify")[0]) >= 1
+        assert nf.flowtable_devices(w) == sorted(["up0", g["ifname"]])
+        t = w.nft("list", "chain", "inet", "lensbox", "allowed").stdout
+        assert "ct state established flow add @fastpath" in t, t
+    else:
+        assert w.ctl.ok("verify") == ["0"]
+        assert nf.flowtable_devices(w) is None
+    assert curl_bulk(g, 1 << 20) == 1 << 20
+
+
 def test_offload_turned_off_by_configuration():
     w = new_world(["--no-offload"])
     try:
