@@ -70,6 +70,8 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 		lbd_gen_str(g, "blocking_forward_chain", nh.foreign_forward_drop ? nh.foreign_forward : NULL);
 		lbd_gen_str(g, "blocking_input_chain", nh.foreign_input_drop ? nh.foreign_input : NULL);
 		lbd_gen_str(g, "dns_upstream", nh.dns_upstream);
+		lbd_gen_bool(g, "flow_offload", nh.flow_offload);
+		lbd_gen_str(g, "flow_offload_why_not", nh.flow_offload ? NULL : nh.flow_offload_why);
 		lbd_gen_uint(g, "attached", nh.sandboxes);
 	}
 	yajl_gen_map_close(g);

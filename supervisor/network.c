@@ -42,8 +42,12 @@ void lbd_network_start(struct lbd *d)
 	unsigned removed = 0;
 	if (lb_net_reconcile(d->net, NULL, 0, &removed, &err) < 0)
 		lb_warn(NULL, "removing stale sandbox networks: %s", err.msg);
-	char f[64];
-	snprintf(f, sizeof(f), "removed=%u", removed);
+	struct lb_net_health nh = { 0 };
+	lb_net_health(d->net, &nh);
+	char f[256];
+	snprintf(f, sizeof(f), "removed=%u flow_offload=%d%s%s%s", removed, nh.flow_offload,
+		 nh.flow_offload ? "" : " why=\"", nh.flow_offload ? "" : nh.flow_offload_why,
+		 nh.flow_offload ? "" : "\"");
 	lb_info(f, "network tiers ready");
 }
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from lensbox_testlib import networld as nw  # noqa: E402
+from lensbox_testlib import netflow, networld as nw  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
 
 AGENT_SRC = open(nw.AGENT).read().split('if __name__ == "__main__":')[0]
@@ -55,6 +55,19 @@ def test_health_reports_the_tiers(env):
     w.assert_sealed()
     health = d.request("GET", "/v1/health")[1]
     assert health["network"]["tiers_available"] is True, health["network"]
+
+
+def test_health_says_whether_web_takes_the_flowtable(env):
+    """The fast path is on exactly when this kernel has flowtables (a probe apart from lensbox), and says why not."""
+    w, d = env
+    has, kernel_err = netflow.kernel_has_flowtables(w)
+    net = d.request("GET", "/v1/health")[1]["network"]
+    assert net["flow_offload"] is has, (net, kernel_err)
+    if has:
+        assert net["flow_offload_why_not"] is None, net
+    else:
+        assert "flowtable" in net["flow_offload_why_not"], net
+    assert "flow_offload=%d" % has in d.read_log(), "the start log line says it too"
 
 
 def test_web_run_through_lensboxd(env):
