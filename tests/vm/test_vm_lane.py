@@ -32,8 +32,10 @@ def test_guest_kernel_facts_ran(lane):
     ("tests.security.test_cgroups::", 15),
     ("tests.security.test_landlock::", 17),
     ("tests.integration.test_daemon_lifecycle::", 2),
-    ("tests.integration.test_api_runs::", 2),
+    ("tests.integration.test_api_runs::", 3),
     ("tests.integration.test_daemon_restart::", 1),
+    ("tests.integration.test_network_flowtable::", 5),
+    ("tests.integration.test_network_flowtable_lifecycle::", 4),
 ])
 def test_each_selected_suite_ran(lane, prefix, at_least):
     # A suite that shrank or vanished from the guest run (a renamed test, a broken collection) fails here.
