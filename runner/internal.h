@@ -87,15 +87,20 @@ struct lb_rootfs_plan;
 /* An empty plan in memory shared with children forked later (MAP_SHARED): the sandbox's first process is forked
  * before the plan is written and reads it once released. NULL when out of memory. Freed by lb_rootfs_plan_free(). */
 struct lb_rootfs_plan *lb_rootfs_plan_new(void);
-/* Host side: makes the skeleton (generated /etc, /dev skeleton) in a tmpfs attached nowhere, whose fd it returns
- * in *ret_state_fd (CLOEXEC, the caller's, handed to the child), and writes what the child needs into plan. */
+/* Host side: makes the skeleton (state tmpfs, generated /etc, /dev skeleton) and writes what the child needs into
+ * plan. */
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *plan,
-		      int *ret_state_fd, struct lb_error *err);
+		      struct lb_error *err);
 /* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names
- * the step. */
-int lb_rootfs_enter(const struct lb_rootfs_plan *plan, int state_fd, const char **ret_step);
+ * the step. lb_rootfs_make_private() first (every mount of the new mount namespace private: no propagation either
+ * way), then lb_rootfs_enter(). */
+int lb_rootfs_make_private(const char **ret_step);
+int lb_rootfs_enter(const struct lb_rootfs_plan *plan, const char **ret_step);
 void lb_rootfs_plan_free(struct lb_rootfs_plan *plan);
-/* Crash cleanup of what an older version left on the host: a state tmpfs mounted at state_dir and its files. */
+/* Host side: unmounts the host's mount of the skeleton (the sandbox's first process has its own private copy by
+ * then); the empty mount point stays until stop (removing it would detach that copy too, wherever it is mounted). */
+int lb_rootfs_unmount(const char *state_dir, struct lb_error *err);
+/* Host side teardown: unmounts the skeleton if still mounted, removes the state directory. */
 int lb_rootfs_remove(const char *state_dir, struct lb_error *err);
 
 /* landlock.c */

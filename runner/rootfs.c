@@ -3,13 +3,11 @@
  *
  * Two halves, in two processes:
  *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It writes a small skeleton in a 1 MiB tmpfs
- *    that is attached nowhere on the host (fsopen/fsmount; the caller hands its fd to the child): skel/ (mount
- *    points /sandbox /tmp /proc /dev, and the generated /etc/passwd, group, hosts, hostname, resolv.conf) and
- *    devskel/ (empty files and symlinks that become the minimal /dev). The child attaches it at <run_dir>/state (an
- *    empty directory shared by every sandbox, each attaching its own tmpfs in its own mount namespace) and mounts
- *    ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win, and
- *    nothing in it can be written (an overlay with no upper layer is read-only). The image directory is never
- *    modified, so many sandboxes share it. Nothing is left to unmount on the host at stop.
+ *    mounted at <run_dir>/sandboxes/<name>/: skel/ (mount points /sandbox /tmp /proc /dev, and the generated
+ * /etc/passwd, group, hosts, hostname, resolv.conf) and dev/ (empty files and symlinks that become the minimal /dev).
+ * It then mounts ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win,
+ *    and nothing in it can be written (an overlay with no upper layer is read-only). The image directory is never
+ *    modified, so many sandboxes share it.
  *
  *        root/ (overlay, ro,nosuid,nodev)            mounted later by the child, in its own mount namespace:
  *          ├── etc/passwd … (skel wins)                /sandbox   bind of the storage mount (nosuid,nodev)
@@ -18,9 +16,10 @@
  *                                                                 urandom tty + devpts newinstance + /dev/shm tmpfs
  *                                                      /proc      fresh, Docker's masked and read-only paths
  *
- *  - lb_rootfs_enter() runs in the sandbox's first process, inside its new user and mount namespaces, with every
- *    capability of the new user namespace and none on the host. It makes every mount private, attaches the state
- *    tmpfs (only then: a mount attached to a shared mount point would propagate to the host), mounts the above,
+ *  - lb_rootfs_make_private() and lb_rootfs_enter() run in the sandbox's first process, inside its new user and mount
+ *    namespaces, with every capability of the new user namespace and none on the host. The first makes every mount
+ *    private (after which the caller removes the host's skeleton mount: our copy no longer follows it); the second
+ *    mounts the above,
  *    pivot_root()s into root/ and detaches the old root, so nothing of the host stays reachable. It uses only raw
  *    syscalls on strings prepared by the first half (it runs in a child of a multithreaded process).
  *
@@ -81,48 +80,35 @@ struct lb_rootfs_plan {
 	char hostname[65];
 };
 
-/* The skeleton's files are made relative to the state tmpfs's root (an fd of a mount attached nowhere). */
-static int write_text(int dfd, const char *path, const char *text, struct lb_error *err)
+static int write_text(const char *dir, const char *name, const char *text, struct lb_error *err)
 {
-	_cleanup_close_ int fd = openat(dfd, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	_cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
-		return lb_error_set(err, errno, "creating %s in the state tmpfs", path);
+		return lb_error_set(err, errno, "creating %s", path);
 	int r = lb_write_all(fd, text, strlen(text));
 	if (r < 0)
-		return lb_error_set(err, r, "writing %s in the state tmpfs", path);
+		return lb_error_set(err, r, "writing %s", path);
 	return 0;
 }
 
-static int make_dir(int dfd, const char *path, struct lb_error *err)
+static int make_dir(const char *dir, const char *name, struct lb_error *err)
 {
-	if (mkdirat(dfd, path, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s in the state tmpfs", path);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", path);
 	return 0;
 }
 
-static int make_link(int dfd, const char *path, const char *target, struct lb_error *err)
+static int make_link(const char *dir, const char *name, const char *target, struct lb_error *err)
 {
-	if (symlinkat(target, dfd, path) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s in the state tmpfs", path);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (symlink(target, path) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", path);
 	return 0;
-}
-
-/* A 1 MiB tmpfs (nosuid, nodev, root's 0700) attached nowhere: the returned fd is its only reference. */
-static int state_tmpfs(struct lb_error *err)
-{
-	_cleanup_close_ int fs = fsopen("tmpfs", FSOPEN_CLOEXEC);
-	if (fs < 0)
-		return lb_error_set(err, errno, "creating the state tmpfs (fsopen)");
-	if (fsconfig(fs, FSCONFIG_SET_STRING, "source", "tmpfs", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "size", "1m", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", "256", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0700", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-		return lb_error_set(err, errno, "configuring the state tmpfs");
-	int m = fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-	if (m < 0)
-		return lb_error_set(err, errno, "mounting the state tmpfs (fsmount)");
-	return m;
 }
 
 /* Overlay's lowerdir option separates layers with ':' and options with ','; refuse paths that would need escaping. */
@@ -139,11 +125,9 @@ struct lb_rootfs_plan *lb_rootfs_plan_new(void)
 }
 
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *p,
-		      int *ret_state_fd, struct lb_error *err)
+		      struct lb_error *err)
 {
-	char state[PATH_MAX];
-	snprintf(state, sizeof(state), "%s/state", sb->run_dir);
-	if (!overlay_safe(spec->rootfs) || !overlay_safe(state))
+	if (!overlay_safe(spec->rootfs) || !overlay_safe(sb->state_dir))
 		return lb_error_setx(err, EINVAL, "rootfs and run_dir must be absolute paths without ',' ':' or '\\'");
 	struct stat st;
 	if (stat(spec->rootfs, &st) < 0)
@@ -158,25 +142,23 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	if (hl == 0 || hl > 63 ||
 	    strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != hl)
 		return lb_error_setx(err, EINVAL, "hostname must be 1-63 letters, digits, '-', '_' or '.'");
-	/* The mount point every sandbox's child attaches its own state tmpfs to, in its own mount namespace: root's,
-	 * empty, shared by all sandboxes of this run directory and never mounted on here. */
-	if (mkdir(state, 0700) < 0 && errno != EEXIST) {
-		int r = lb_mkdir_p(state, 0700);
-		if (r < 0)
-			return lb_error_set(err, r, "creating %s", state);
-	}
-	/* A small tmpfs of our own holds the skeleton: fast to fill, and no leftover file of a crashed sandbox can
-	 * ever show up in a new one's root. It is attached nowhere on the host (nothing to unmount at stop): only its
-	 * fd reaches the child, which attaches it in its own mount namespace. */
-	_cleanup_close_ int mfd = state_tmpfs(err);
-	if (mfd < 0)
-		return mfd;
-	int r;
-	static const char *const sk_dirs[] = { "skel",	      "skel/sandbox", "skel/tmp", "skel/proc",
-					       "skel/dev",    "skel/etc",     "devskel",  "devskel/pts",
-					       "devskel/shm", "root",	      "img" };
+	/* The state directory is root's: the sandbox never sees it, only what is mounted from it. */
+	int r = lb_mkdir_p(sb->state_dir, 0700);
+	if (r < 0)
+		return lb_error_set(err, r, "creating %s", sb->state_dir);
+	/* A small tmpfs of our own holds the skeleton: fast to fill, gone in one umount, and no leftover file of a
+	 * crashed sandbox can ever show up in a new one's root. */
+	if (mount("tmpfs", sb->state_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0700") < 0)
+		return lb_error_set(err, errno, "mounting the state tmpfs at %s", sb->state_dir);
+	char skel[PATH_MAX], etc[PATH_MAX], dev[PATH_MAX];
+	snprintf(skel, sizeof(skel), "%s/skel", sb->state_dir);
+	snprintf(etc, sizeof(etc), "%s/etc", skel);
+	snprintf(dev, sizeof(dev), "%s/devskel", sb->state_dir);
+	const char *sk_dirs[] = { "sandbox", "tmp", "proc", "dev", "etc" };
+	if (mkdir(skel, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", skel);
 	for (size_t i = 0; i < LB_ARRAY_SIZE(sk_dirs); i++)
-		if ((r = make_dir(mfd, sk_dirs[i], err)) < 0)
+		if ((r = make_dir(skel, sk_dirs[i], err)) < 0)
 			return r;
 
 	char text[1024];
@@ -186,43 +168,48 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 		 "sandbox:x:%u:%u:sandbox:/sandbox:/bin/bash\n"
 		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		 uid, gid);
-	if ((r = write_text(mfd, "skel/etc/passwd", text, err)) < 0)
+	if ((r = write_text(etc, "passwd", text, err)) < 0)
 		return r;
 	snprintf(text, sizeof(text), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", gid);
-	if ((r = write_text(mfd, "skel/etc/group", text, err)) < 0)
+	if ((r = write_text(etc, "group", text, err)) < 0)
 		return r;
 	snprintf(text, sizeof(text), "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		 host);
-	if ((r = write_text(mfd, "skel/etc/hosts", text, err)) < 0)
+	if ((r = write_text(etc, "hosts", text, err)) < 0)
 		return r;
 	snprintf(text, sizeof(text), "%s\n", host);
-	if ((r = write_text(mfd, "skel/etc/hostname", text, err)) < 0)
+	if ((r = write_text(etc, "hostname", text, err)) < 0)
 		return r;
 	const char *resolv = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
-	if ((r = write_text(mfd, "skel/etc/resolv.conf", resolv, err)) < 0)
+	if ((r = write_text(etc, "resolv.conf", resolv, err)) < 0)
 		return r;
 
-	for (size_t i = 0; i < N_DEV_NODES; i++) {
-		char node[64];
-		snprintf(node, sizeof(node), "devskel/%s", dev_nodes[i]);
-		if ((r = write_text(mfd, node, "", err)) < 0)
+	if (mkdir(dev, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", dev);
+	for (size_t i = 0; i < N_DEV_NODES; i++)
+		if ((r = write_text(dev, dev_nodes[i], "", err)) < 0)
 			return r;
-	}
-	if ((r = make_link(mfd, "devskel/fd", "/proc/self/fd", err)) < 0 ||
-	    (r = make_link(mfd, "devskel/stdin", "/proc/self/fd/0", err)) < 0 ||
-	    (r = make_link(mfd, "devskel/stdout", "/proc/self/fd/1", err)) < 0 ||
-	    (r = make_link(mfd, "devskel/stderr", "/proc/self/fd/2", err)) < 0 ||
-	    (r = make_link(mfd, "devskel/ptmx", "pts/ptmx", err)) < 0)
+	if ((r = make_dir(dev, "pts", err)) < 0 || (r = make_dir(dev, "shm", err)) < 0)
+		return r;
+	if ((r = make_link(dev, "fd", "/proc/self/fd", err)) < 0 ||
+	    (r = make_link(dev, "stdin", "/proc/self/fd/0", err)) < 0 ||
+	    (r = make_link(dev, "stdout", "/proc/self/fd/1", err)) < 0 ||
+	    (r = make_link(dev, "stderr", "/proc/self/fd/2", err)) < 0 ||
+	    (r = make_link(dev, "ptmx", "pts/ptmx", err)) < 0)
 		return r;
 
-	char dev[PATH_MAX], root[PATH_MAX];
-	snprintf(dev, sizeof(dev), "%s/devskel", state);
-	snprintf(root, sizeof(root), "%s/root", state);
-	snprintf(p->state, sizeof(p->state), "%s", state);
+	if (mkdir(sb->root_mnt, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", sb->root_mnt);
+	char img[PATH_MAX];
+	snprintf(img, sizeof(img), "%s/img", sb->state_dir);
+	if (mkdir(img, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating %s", img);
+
+	snprintf(p->state, sizeof(p->state), "%s", sb->state_dir);
 	snprintf(p->image, sizeof(p->image), "%s", spec->rootfs);
 	snprintf(p->overlay_opts, sizeof(p->overlay_opts),
 		 "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off");
-	const char *R = root;
+	const char *R = sb->root_mnt;
 	snprintf(p->root, sizeof(p->root), "%s", R);
 	snprintf(p->storage_src, sizeof(p->storage_src), "%s", sb->storage_mnt);
 	snprintf(p->sandbox, sizeof(p->sandbox), "%s/sandbox", R);
@@ -247,7 +234,6 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	for (size_t i = 0; i < N_RO_DIRS; i++)
 		snprintf(p->ro_dir[i], PATH_MAX, "%s/proc/%s", R, readonly_dirs[i]);
 	snprintf(p->hostname, sizeof(p->hostname), "%s", host);
-	*ret_state_fd = TAKE_FD(mfd);
 	return 0;
 }
 
@@ -289,14 +275,16 @@ static int remount_ro(const char *path, unsigned long extra)
 		}                           \
 	} while (0)
 
-int lb_rootfs_enter(const struct lb_rootfs_plan *p, int state_fd, const char **ret_step)
+int lb_rootfs_make_private(const char **ret_step)
 {
-	/* Everything below happens in our own mount namespace (owned by the sandbox's user namespace): nothing
-	 * propagates back to the host once every mount is private. */
+	/* Everything after this happens in our own mount namespace (owned by the sandbox's user namespace): nothing
+	 * propagates back to the host once every mount is private, and nothing the host does propagates in. */
 	STEP("making mounts private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
-	/* The state tmpfs (attached nowhere until now) on the shared, empty mount point, in this namespace only. */
-	STEP("attaching the state tmpfs", move_mount(state_fd, "", AT_FDCWD, p->state, MOVE_MOUNT_F_EMPTY_PATH));
-	close(state_fd);
+	return 0;
+}
+
+int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
+{
 	/* The image and the skeleton become one read-only overlay (no upper layer), mounted here in our own
 	 * namespace with layer paths relative to the state tmpfs, so /proc/self/mountinfo names no host directory.
 	 * nosuid,nodev because the image is third-party content; redirect_dir=nofollow and metacopy=off so crafted
@@ -353,6 +341,15 @@ int lb_rootfs_enter(const struct lb_rootfs_plan *p, int state_fd, const char **r
 	STEP("detaching the old root", umount2(".", MNT_DETACH));
 	STEP("entering /", chdir("/"));
 	STEP("setting the hostname", sethostname(p->hostname, strlen(p->hostname)));
+	return 0;
+}
+
+int lb_rootfs_unmount(const char *state_dir, struct lb_error *err)
+{
+	if (umount2(state_dir, UMOUNT_NOFOLLOW) == 0)
+		return 0;
+	if (errno != EBUSY || umount2(state_dir, MNT_DETACH | UMOUNT_NOFOLLOW) < 0)
+		return lb_error_set(err, errno, "unmounting %s", state_dir);
 	return 0;
 }
 

@@ -197,26 +197,13 @@ static _Noreturn void init_main(const struct init_args *a)
 		lb_child_report(a->report_fd, 'E', -r, 0, step);
 		_exit(1);
 	}
-	/* The release: one byte and the state tmpfs's fd (rootfs.c). */
 	char byte;
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-	struct msghdr mh = {
-		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)
-	};
 	ssize_t n;
 	do
-		n = recvmsg(a->release_fd, &mh, MSG_CMSG_CLOEXEC);
+		n = read(a->release_fd, &byte, 1);
 	while (n < 0 && errno == EINTR);
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	if (n != 1 || !c || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
-	    c->cmsg_len != CMSG_LEN(sizeof(int)))
+	if (n != 1)
 		_exit(1); /* the parent gave up */
-	int state_fd;
-	memcpy(&state_fd, CMSG_DATA(c), sizeof(int));
 	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
 	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
 	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
@@ -224,8 +211,14 @@ static _Noreturn void init_main(const struct init_args *a)
 		r = -errno;
 		step = "unsharing the mount and cgroup namespaces";
 	}
+	/* Once our mounts are private, our copy of the skeleton's mount (locked nosuid,nodev, being a copy made for a
+	 * less privileged namespace) no longer follows the host's: the parent may take that away while we build. */
 	if (r == 0)
-		r = lb_rootfs_enter(a->plan, state_fd, &step);
+		r = lb_rootfs_make_private(&step);
+	if (r == 0)
+		lb_child_report(a->report_fd, 'N', 0, 0, NULL);
+	if (r == 0)
+		r = lb_rootfs_enter(a->plan, &step);
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
 	if (r < 0) {
@@ -279,19 +272,32 @@ static void sandbox_free(struct lb_sandbox *sb)
 	free(sb);
 }
 
-/* Kills init and its cgroup and unmounts the storage (its flush continues in the background, disk.c). Used by stop
- * and by a failed start. The root needs nothing here: its mounts live only in the sandbox's mount namespace, which
- * goes with init. While init dies on another CPU: the idle `run` leaf goes, and the host's mount of the storage with
- * the flusher's fork (our reference to the detached storage keeps it alive, so init's dying mount namespace never
- * drops its last one). The rest of the cgroups needs init gone; the storage must lose its last reference in the
- * flusher, so we drop ours (detach_finish) only once init is reaped. */
-static int teardown(struct lb_sandbox *sb, bool have_disk, struct lb_error *err)
+/* Kills init and its cgroup, unmounts the storage (its flush continues in the background, disk.c) and removes the
+ * skeleton's mount point; a failed start also unmounts the host's skeleton (have_root: a started sandbox's went at
+ * start, its copy lives only in the sandbox's mount namespace, which goes with init). While init dies on another CPU:
+ * the idle `run` leaf goes, and the host's mount of the storage with the flusher's fork (our reference to the
+ * detached storage keeps it alive, so init's dying mount namespace never drops its last one). The rest of the cgroups
+ * needs init gone; the storage must lose its last reference in the flusher, so we drop ours (detach_finish) only
+ * once init is reaped. */
+static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
 {
 	int first = 0;
 	struct lb_error e2;
 	/* SIGKILL to our own child through its pidfd: it cannot have been recycled. */
 	if (sb->init_pidfd >= 0)
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+	if (have_root) {
+		lb_error_clear(&e2);
+		int r = lb_rootfs_remove(sb->state_dir, &e2);
+		if (r < 0 && first == 0) {
+			first = r;
+			if (err)
+				*err = e2;
+		}
+	} else if (sb->state_dir[0] && rmdir(sb->state_dir) < 0 && errno != ENOENT && first == 0) {
+		/* The skeleton's empty mount point (its mount went at start): rmdir of an empty directory of ours. */
+		first = err ? lb_error_set(err, errno, "removing %s", sb->state_dir) : -errno;
+	}
 	/* No run is in progress (exec reaps its whole leaf before it returns): the `run` leaf goes now too. */
 	if (sb->cg)
 		lb_cg_remove_idle_leaf(sb->cg, LB_CG_RUN);
@@ -412,8 +418,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
 	}
 	struct lb_cg_host host;
-	bool have_disk = false;
-	int state_fd = -1;
+	bool have_disk = false, have_root = false;
 	struct lb_rootfs_plan *plan = NULL;
 	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
 	int init_fd = -1;
@@ -551,42 +556,37 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
 		goto fail;
 	}
-	if ((r = lb_rootfs_prepare(sb, spec, plan, &state_fd, err)) < 0) {
+	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
+	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
 		lb_error_wrap(err, "preparing the root filesystem");
 		goto fail;
 	}
 
 	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} cm;
-	memset(&cm, 0, sizeof(cm));
-	struct iovec iov = { .iov_base = "g", .iov_len = 1 };
-	struct msghdr mh = {
-		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.buf, .msg_controllen = sizeof(cm.buf)
-	};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &state_fd, sizeof(int));
 	ssize_t sent;
 	do
-		sent = sendmsg(release[1], &mh, MSG_NOSIGNAL);
+		sent = send(release[1], "g", 1, MSG_NOSIGNAL);
 	while (sent < 0 && errno == EINTR);
-	close(state_fd); /* the child has its own now; with both gone the tmpfs would go */
-	state_fd = -1;
 	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 	struct lb_child_report rep;
-	ssize_t n;
-	do
-		n = read(report[0], &rep, sizeof(rep));
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(rep)) {
-		r = lb_error_setx(err, EIO, "the sandbox's init died during setup");
-		goto fail;
+	for (;;) {
+		ssize_t n;
+		do
+			n = read(report[0], &rep, sizeof(rep));
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)sizeof(rep)) {
+			r = lb_error_setx(err, EIO, "the sandbox's init died during setup");
+			goto fail;
+		}
+		if (rep.kind != 'N' || !have_root)
+			break;
+		/* The child has its own private copy of the skeleton's mount: the host's goes now, while the child
+		 * builds the root, rather than at stop. The empty mount point stays until stop: removing it now would
+		 * detach the child's copy too (a mount point removed in one namespace is unmounted in all). */
+		have_root = false;
+		if ((r = lb_rootfs_unmount(sb->state_dir, err)) < 0)
+			goto fail;
 	}
 	if (rep.kind != 'R') {
 		rep.step[sizeof(rep.step) - 1] = '\0';
@@ -604,8 +604,6 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	return 0;
 
 fail:
-	if (state_fd >= 0)
-		close(state_fd);
 	if (init_fd >= 0)
 		close(init_fd);
 	for (int i = 0; i < 2; i++) {
@@ -619,7 +617,7 @@ fail:
 		waitpid(pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(plan);
-	teardown(sb, have_disk, NULL);
+	teardown(sb, have_disk, have_root, NULL);
 	sandbox_free(sb);
 	return r;
 }
@@ -664,7 +662,7 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
 {
 	if (!sb)
 		return 0;
-	int r = teardown(sb, true, err);
+	int r = teardown(sb, true, false, err); /* the root's host side went at start */
 	if (r < 0)
 		lb_error_wrap(err, "stopping sandbox %s", sb->name);
 	sandbox_free(sb);
