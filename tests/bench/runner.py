@@ -17,7 +17,8 @@ once in turn (so load from other work on a shared machine hits all of them alike
   library   the same two from the tool's own timing_us (start + exec + stop; the later execs), without the tool's
             process start-up and policy compilation, which lensboxd does once
 With --compare-build-dir, another build's lensbox-runner (e.g. the previous commit's) runs the same new and exec
-variants in the same rounds, so a change is measured before/after under the same load.
+variants in the same rounds, so a change is measured before/after under the same load; the paired line gives the
+median of the per-round differences (a load swing between rounds cancels out of it).
 Targets (issue 3): new < 1.3x bare, exec < 1.1x bare. Runs as root. Standard library only.
 """
 
@@ -165,6 +166,13 @@ def main():
             print(f"  exec, library          {m(lib_o['exec']):8.2f}   ratio {m(lib_o['exec']) / bare:5.2f}x bare")
             print(f"  phases (library)       start {m(lib_o['start']):.2f}  first exec {m(lib_o['exec1']):.2f}  "
                   f"stop {m(lib_o['stop']):.2f}")
+            # Paired: this build minus the other in the same round, so a load swing between rounds cancels out.
+            def paired(a, b):
+                return m([x - y for x, y in zip(a, b)])
+            print(f"  paired, median of this build - other per round (ms): new sandbox, tool "
+                  f"{paired(wall['new'], wall['new_o']):+.2f}  start {paired(lib_t['start'], lib_o['start']):+.2f}  "
+                  f"first exec {paired(lib_t['exec1'], lib_o['exec1']):+.2f}  "
+                  f"stop {paired(lib_t['stop'], lib_o['stop']):+.2f}")
         print(json.dumps({"bare_ms": round(bare, 3), "chroot_ms": round(chroot, 3), "bwrap_ms": round(bw, 3),
                           "new_ms": round(new, 3),
                           "new_library_ms": round(new_lib, 3), "first_result_library_ms": round(first_lib, 3),
