@@ -1,7 +1,8 @@
 /*
  * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h).
  *
- * Runs in the caller (root). Detection only reads /proc/self/mountinfo and cgroup.controllers. The choice: v2 when
+ * Runs in the caller (root). Detection only looks (statfs, stat, access under /sys/fs/cgroup, else
+ * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when
  * the cgroup2 hierarchy offers memory, cpu and pids (the design target); otherwise v1 when memory, cpu, pids and
  * freezer are mounted as v1 hierarchies (hybrid hosts such as this project's CI); otherwise sandboxes cannot run.
  */
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,9 +88,63 @@ static bool is_delegated(const char *path)
 	return getxattr(path, "trusted.delegate", val, sizeof(val) - 1) > 0 && val[0] == '1';
 }
 
-int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
+/* Linux's magic numbers (linux/magic.h), here to keep that header's other names out. */
+#define LB_TMPFS_MAGIC	 0x01021994
+#define LB_CGROUP_MAGIC	 0x27e0eb
+#define LB_CGROUP2_MAGIC 0x63677270
+
+/* A file only the controller's hierarchy has, looked for in our own `lensbox` directory there (a hierarchy's root
+ * lacks most controller files). */
+static const char *const v1_marker[LB_CG1_N] = { "memory.limit_in_bytes", "cpu.cfs_quota_us", "cpuacct.usage",
+						 "pids.max", "freezer.state" };
+
+static bool fs_is(const char *path, long magic)
 {
-	memset(host, 0, sizeof(*host));
+	struct statfs sf;
+	return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
+}
+
+/* The usual layout, found without reading /proc/self/mountinfo (which grows with every mount on the host: 0.1-0.2
+ * ms a start): cgroup2 at /sys/fs/cgroup, or a tmpfs there with each v1 hierarchy at /sys/fs/cgroup/<controller>,
+ * proven to carry that controller by its file in our `lensbox` directory (which exists after the first start), and
+ * cgroup2 at /sys/fs/cgroup/unified on hybrid hosts. Two controllers whose directories are one filesystem (a
+ * "cpu,cpuacct" hierarchy and its symlinks) share a path. False when anything differs: the caller reads mountinfo. */
+static bool detect_usual(struct lb_cg_host *host)
+{
+	if (fs_is("/sys/fs/cgroup", LB_CGROUP2_MAGIC)) {
+		host->v2_mounted = true;
+		snprintf(host->v2_mount, sizeof(host->v2_mount), "/sys/fs/cgroup");
+		return true;
+	}
+	if (!fs_is("/sys/fs/cgroup", LB_TMPFS_MAGIC))
+		return false;
+	dev_t devs[LB_CG1_N];
+	for (int c = 0; c < LB_CG1_N; c++) {
+		char path[PATH_MAX], marker[PATH_MAX];
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/%s", v1_names[c]);
+		snprintf(marker, sizeof(marker), "%s/lensbox/%s", path, v1_marker[c]);
+		struct stat st;
+		if (!fs_is(path, LB_CGROUP_MAGIC) || stat(path, &st) < 0 || access(marker, F_OK) < 0) {
+			if (c == LB_CG1_CPUACCT) /* optional, as in mountinfo */
+				continue;
+			return false;
+		}
+		devs[c] = st.st_dev;
+		const char *same = path;
+		for (int p = 0; p < c; p++)
+			if (host->v1_mount[p][0] && devs[p] == st.st_dev)
+				same = host->v1_mount[p];
+		snprintf(host->v1_mount[c], sizeof(host->v1_mount[c]), "%s", same);
+	}
+	if (fs_is("/sys/fs/cgroup/unified", LB_CGROUP2_MAGIC)) {
+		host->v2_mounted = true;
+		snprintf(host->v2_mount, sizeof(host->v2_mount), "/sys/fs/cgroup/unified");
+	}
+	return true;
+}
+
+static int detect_mountinfo(struct lb_cg_host *host, struct lb_error *err)
+{
 	_cleanup_free_ char *mi = NULL;
 	int r = lb_read_file_at(AT_FDCWD, "/proc/self/mountinfo", 1 << 22, &mi, NULL);
 	if (r < 0)
@@ -112,6 +168,18 @@ int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 			}
 		}
 		line = nl ? nl + 1 : NULL;
+	}
+	return 0;
+}
+
+int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *err)
+{
+	memset(host, 0, sizeof(*host));
+	if (mountinfo || !detect_usual(host)) {
+		memset(host, 0, sizeof(*host));
+		int r = detect_mountinfo(host, err);
+		if (r < 0)
+			return r;
 	}
 
 	if (host->v2_mounted) {
@@ -150,6 +218,11 @@ int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 	return lb_error_setx(err, ENOTSUP,
 			     "no usable cgroup hierarchy: need cgroup v2 with memory, cpu and pids controllers, or v1 "
 			     "hierarchies for memory, cpu, pids and freezer");
+}
+
+int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
+{
+	return lb_cg_detect_from(host, false, err);
 }
 
 static int cg_new(const struct lb_cg_host *host, const char *name, bool create, const struct lb_sandbox_limits *lim,

@@ -63,9 +63,13 @@ struct lb_cgroup {
 	bool fresh; /* lb_cg_create made the sandbox directory in every hierarchy: no process can be in it */
 };
 
-/* Fills *host from /proc/self/mountinfo; -ENOTSUP with a sentence when neither v2 with memory, cpu and pids nor
- * v1 with memory, cpu, pids and freezer is there. Never writes anything. */
+/* Fills *host: the usual layout under /sys/fs/cgroup when it is proven there (cgroup.c), else from
+ * /proc/self/mountinfo; -ENOTSUP with a sentence when neither v2 with memory, cpu and pids nor v1 with memory, cpu,
+ * pids and freezer is there. Never writes anything. */
 int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err);
+/* The same, from /proc/self/mountinfo only when mountinfo is true (lb_cg_detect() first tries the usual layout without
+ * it); for tests that compare the two. */
+int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *err);
 
 /* Creates <base>/<name> with the `init` and `run` leaves and writes the limits (swap off). An existing cgroup of
  * the same name (left by a crash) is emptied and reused. On success *ret is the caller's (lb_cg_free). */
