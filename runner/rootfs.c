@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,22 +64,42 @@ static const char *const dev_nodes[] = { "null", "zero", "full", "random", "uran
 #define N_RO_DIRS      LB_ARRAY_SIZE(readonly_dirs)
 #define N_DEV_NODES    LB_ARRAY_SIZE(dev_nodes)
 
+/* The plan's strings are packed in its arena: the plan lives in shared memory (lb_rootfs_plan_new) and each page
+ * written is a fault in the caller and in the child, so 43 strings in a page or two rather than one page each. */
+#define PLAN_STRINGS 48
+
 struct lb_rootfs_plan {
-	char state[PATH_MAX];	/* the state tmpfs: the child works relative to it */
-	char image[PATH_MAX];	/* the image rootfs (host path), bound at <state>/img */
-	char overlay_opts[128]; /* relative layer paths: mountinfo names no host path */
-	char root[PATH_MAX];
-	char storage_src[PATH_MAX], sandbox[PATH_MAX];
-	char tmp[PATH_MAX], tmp_opts[64];
-	char dev_src[PATH_MAX], dev[PATH_MAX];
-	char node_src[N_DEV_NODES][32], node[N_DEV_NODES][PATH_MAX];
-	char pts[PATH_MAX], shm[PATH_MAX], shm_opts[64];
-	char proc[PATH_MAX];
-	char masked_file[N_MASKED_FILES][PATH_MAX];
-	char masked_dir[N_MASKED_DIRS][PATH_MAX];
-	char ro_dir[N_RO_DIRS][PATH_MAX];
-	char hostname[65];
+	const char *state;	  /* the state tmpfs: the child works relative to it */
+	const char *image;	  /* the image rootfs (host path), bound at <state>/img */
+	const char *overlay_opts; /* relative layer paths: mountinfo names no host path */
+	const char *root;
+	const char *storage_src, *sandbox;
+	const char *tmp, *tmp_opts;
+	const char *dev_src, *dev;
+	const char *node_src[N_DEV_NODES], *node[N_DEV_NODES];
+	const char *pts, *shm, *shm_opts;
+	const char *proc;
+	const char *masked_file[N_MASKED_FILES];
+	const char *masked_dir[N_MASKED_DIRS];
+	const char *ro_dir[N_RO_DIRS];
+	const char *hostname;
+	size_t used;
+	char arena[PLAN_STRINGS * PATH_MAX]; /* each string is cut at PATH_MAX, like the buffers it replaces */
 };
+
+/* Appends a formatted string (cut at PATH_MAX: such a path only fails to open) to the plan's arena. */
+__attribute__((format(printf, 2, 3))) static const char *plan_str(struct lb_rootfs_plan *p, const char *fmt, ...)
+{
+	char *dst = p->arena + p->used;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(dst, PATH_MAX, fmt, ap);
+	va_end(ap);
+	size_t len = n < 0 ? 0 : (size_t)n >= PATH_MAX ? PATH_MAX - 1 : (size_t)n;
+	dst[len] = '\0';
+	p->used += len + 1;
+	return dst;
+}
 
 static int write_text(const char *dir, const char *name, const char *text, struct lb_error *err)
 {
@@ -205,35 +226,37 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	if (mkdir(img, 0755) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", img);
 
-	snprintf(p->state, sizeof(p->state), "%s", sb->state_dir);
-	snprintf(p->image, sizeof(p->image), "%s", spec->rootfs);
-	snprintf(p->overlay_opts, sizeof(p->overlay_opts),
-		 "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off");
+	_Static_assert(10 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <= PLAN_STRINGS,
+		       "the plan's arena holds every string at PATH_MAX");
+	p->used = 0;
+	p->state = plan_str(p, "%s", sb->state_dir);
+	p->image = plan_str(p, "%s", spec->rootfs);
+	p->overlay_opts = plan_str(p, "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off");
 	const char *R = sb->root_mnt;
-	snprintf(p->root, sizeof(p->root), "%s", R);
-	snprintf(p->storage_src, sizeof(p->storage_src), "%s", sb->storage_mnt);
-	snprintf(p->sandbox, sizeof(p->sandbox), "%s/sandbox", R);
-	snprintf(p->tmp, sizeof(p->tmp), "%s/tmp", R);
-	snprintf(p->tmp_opts, sizeof(p->tmp_opts), "size=%" PRIu64 ",mode=1777,nr_inodes=65536",
-		 spec->limits.tmp_bytes ? spec->limits.tmp_bytes : (uint64_t)64 << 20);
-	snprintf(p->dev_src, sizeof(p->dev_src), "%s", dev);
-	snprintf(p->dev, sizeof(p->dev), "%s/dev", R);
+	p->root = plan_str(p, "%s", R);
+	p->storage_src = plan_str(p, "%s", sb->storage_mnt);
+	p->sandbox = plan_str(p, "%s/sandbox", R);
+	p->tmp = plan_str(p, "%s/tmp", R);
+	p->tmp_opts = plan_str(p, "size=%" PRIu64 ",mode=1777,nr_inodes=65536",
+			       spec->limits.tmp_bytes ? spec->limits.tmp_bytes : (uint64_t)64 << 20);
+	p->dev_src = plan_str(p, "%s", dev);
+	p->dev = plan_str(p, "%s/dev", R);
 	for (size_t i = 0; i < N_DEV_NODES; i++) {
-		snprintf(p->node_src[i], sizeof(p->node_src[i]), "/dev/%s", dev_nodes[i]);
-		snprintf(p->node[i], sizeof(p->node[i]), "%s/dev/%s", R, dev_nodes[i]);
+		p->node_src[i] = plan_str(p, "/dev/%s", dev_nodes[i]);
+		p->node[i] = plan_str(p, "%s/dev/%s", R, dev_nodes[i]);
 	}
-	snprintf(p->pts, sizeof(p->pts), "%s/dev/pts", R);
-	snprintf(p->shm, sizeof(p->shm), "%s/dev/shm", R);
-	snprintf(p->shm_opts, sizeof(p->shm_opts), "size=%" PRIu64 ",mode=1777,nr_inodes=16384",
-		 spec->limits.shm_bytes ? spec->limits.shm_bytes : (uint64_t)64 << 20);
-	snprintf(p->proc, sizeof(p->proc), "%s/proc", R);
+	p->pts = plan_str(p, "%s/dev/pts", R);
+	p->shm = plan_str(p, "%s/dev/shm", R);
+	p->shm_opts = plan_str(p, "size=%" PRIu64 ",mode=1777,nr_inodes=16384",
+			       spec->limits.shm_bytes ? spec->limits.shm_bytes : (uint64_t)64 << 20);
+	p->proc = plan_str(p, "%s/proc", R);
 	for (size_t i = 0; i < N_MASKED_FILES; i++)
-		snprintf(p->masked_file[i], PATH_MAX, "%s/proc/%s", R, masked_files[i]);
+		p->masked_file[i] = plan_str(p, "%s/proc/%s", R, masked_files[i]);
 	for (size_t i = 0; i < N_MASKED_DIRS; i++)
-		snprintf(p->masked_dir[i], PATH_MAX, "%s/proc/%s", R, masked_dirs[i]);
+		p->masked_dir[i] = plan_str(p, "%s/proc/%s", R, masked_dirs[i]);
 	for (size_t i = 0; i < N_RO_DIRS; i++)
-		snprintf(p->ro_dir[i], PATH_MAX, "%s/proc/%s", R, readonly_dirs[i]);
-	snprintf(p->hostname, sizeof(p->hostname), "%s", host);
+		p->ro_dir[i] = plan_str(p, "%s/proc/%s", R, readonly_dirs[i]);
+	p->hostname = plan_str(p, "%s", host); /* checked above: 1-63 bytes */
 	return 0;
 }
 
