@@ -94,8 +94,7 @@ struct exec_plan {
 	const struct sock_fprog *seccomp;
 	int init_pidfd;
 	uint32_t uid, gid;
-	void *c2_stack;	       /* top of C2's stack */
-	volatile pid_t c2_pid; /* written by C1 (shared memory), read by the caller once C1 is gone */
+	void *c2_stack; /* top of C2's stack */
 };
 
 static void strv_free(char **v)
