@@ -10,8 +10,8 @@
  *                                 unshare(cgroup), clone(VM|VFORK|PARENT) ──> C2 (pid-ns member, the caller's
  *                                 child): setsid, default signals, stdin /dev/null, stdout/stderr to the pipes,
  *                                 bounding set empty, securebits locked, non-dumpable, setresgid/setresuid(sandbox
- *                                 ids), every capability set empty, RLIMIT_CORE 0, chdir, no_new_privs, Landlock,
- *                                 every other fd closed, seccomp last, execve.
+ *                                 ids), every capability set empty, RLIMIT_CORE 0, chdir, the caller's CPU
+ *                                 affinity back, no_new_privs, Landlock, every other fd closed, seccomp last, execve.
  *                                 C1 resumes once C2 has exec'd (or failed), reports C2's pid and exits.
  *
  * Why shared memory (CLONE_VM) and why it is safe. A fork of lensboxd copies ~300 mappings and its page tables
@@ -19,7 +19,8 @@
  * (posix_spawn does the same; ~1 ms a run in lensboxd, tests/bench/api_bench.py). What keeps it safe:
  *   - CLONE_VFORK: exactly one of caller, C1, C2 runs on this thread's memory at a time, and C1/C2 use stacks of
  *     their own (mapped here, with guard pages); they read the plan and write only their stacks and errno. All
- *     signals are blocked around the clone so no handler of the caller runs in them.
+ *     signals are blocked around the clone so no handler of the caller runs in them, and they run pinned to the
+ *     caller's CPU, whose caches hold that memory (fork balancing would often pick the other CPU).
  *   - Every state C1 and C2 change is per task or per process and never the caller's: credentials, namespaces,
  *     cgroup membership, fd table, cwd, signal dispositions, rlimits, Landlock, seccomp (no TSYNC). Raw syscalls
  *     for the credential changes (glibc's setxid wrappers would signal the caller's other threads). A vfork
@@ -95,6 +96,8 @@ struct exec_plan {
 	int init_pidfd;
 	uint32_t uid, gid;
 	void *c2_stack; /* top of C2's stack */
+	bool pinned;	/* C1 and C2 run on the caller's CPU: C2 gives the program `cpus` back */
+	cpu_set_t cpus; /* the caller's affinity */
 };
 
 static void strv_free(char **v)
@@ -276,6 +279,8 @@ static int c2_main(void *arg)
 		fail_child(rep, "chdir to the working directory", errno);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		fail_child(rep, "no_new_privs", errno);
+	if (p->pinned && sched_setaffinity(0, sizeof(p->cpus), &p->cpus) < 0)
+		fail_child(rep, "restoring the CPU affinity", errno);
 	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) < 0)
 		fail_child(rep, "landlock_restrict_self", errno);
 	/* Only 0, 1, 2 and the report pipe (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
@@ -532,6 +537,15 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* We sleep from the clone until C2's execve: C1 and C2 are best run on this CPU, whose caches hold the
+	 * memory they borrow, rather than wherever fork balancing would place them. */
+	int cpu = sched_getcpu();
+	if (cpu >= 0 && sched_getaffinity(0, sizeof(p.cpus), &p.cpus) == 0) {
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET((size_t)cpu, &one);
+		p.pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
+	}
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
 	ca.flags = CLONE_VM | CLONE_VFORK;
@@ -545,6 +559,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	}
 	pid_t c1 = clone3_run(&ca, c1_main, &p);
 	int e = errno;
+	if (p.pinned)
+		sched_setaffinity(0, sizeof(p.cpus), &p.cpus);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (leaf_fd >= 0)
 		close(leaf_fd);

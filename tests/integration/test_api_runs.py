@@ -72,7 +72,8 @@ def daemon_state(pid):
     """What a run's helper processes could change in the daemon if they leaked into it (they borrow its memory)."""
     with open(f"/proc/{pid}/status") as f:
         status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
-    keep = ("Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    keep = ("Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp",
+            "Cpus_allowed_list")
     with open(f"/proc/{pid}/oom_score_adj") as f:
         oom = f.read().strip()
     with open(f"/proc/{pid}/cgroup") as f:
@@ -87,8 +88,10 @@ def test_runs_leave_the_daemon_as_it_was(d):
     n = d.name("state")
     d.ok_run(n, "print(0)")
     before = daemon_state(d.proc.pid)
-    r = d.ok_run(n, "print(open('/proc/self/oom_score_adj').read().strip(), open('/proc/self/status').read().count('Seccomp:\t2'))")
-    assert r["stdout"] == "1000 1\n"
+    r = d.ok_run(n, "import os; print(open('/proc/self/oom_score_adj').read().strip(), "
+                    "open('/proc/self/status').read().count('Seccomp:\t2'), sorted(os.sched_getaffinity(0)))")
+    # the setup runs on the daemon's CPU; the program gets the daemon's whole affinity back
+    assert r["stdout"] == f"1000 1 {sorted(os.sched_getaffinity(d.proc.pid))}\n"
     for _ in range(5):
         d.ok_run(n, "import subprocess; subprocess.run(['true'])")
     after = daemon_state(d.proc.pid)
