@@ -21,23 +21,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lensbox_testlib import netflow as nf  # noqa: E402
 from lensbox_testlib import networld as nw  # noqa: E402
 
-BULK = 32 << 20  # bytes of the bulk downloads: at least 512 packets of 64 KiB into the sandbox
-
-
-def new_world(extra_args=()):
-    w = nw.World()
-    try:
-        w.flowtables, w.kernel_says = nf.kernel_has_flowtables(w)
-        w.start_lensbox(extra_args)
-        return w
-    except BaseException:
-        w.close()
-        raise
+BULK = nf.BULK
 
 
 @pytest.fixture(scope="module")
 def world():
-    w = new_world()
+    w = nf.new_world()
     try:
         w.a = w.add_sandbox("fta", "web")
         w.b = w.add_sandbox("ftb", "web")
@@ -49,27 +38,7 @@ def world():
         w.close()
 
 
-def offloaded(world, trickle):
-    """conntrack's entry of trickle's connection (exactly one) and whether the kernel marks it offloaded."""
-    lines = [l for l in nf.conntrack(world, trickle.addr) if f" sport={trickle.sport} " in l]
-    assert len(lines) == 1, nf.conntrack(world, trickle.addr)
-    return lines[0], "[OFFLOAD]" in lines[0]
 
-
-def wait_offload_state(world, trickle, want, seconds=3.0):
-    """Polls until the connection's [OFFLOAD] mark is want (the kernel adds a flow on its next accepted packet)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        line, state = offloaded(world, trickle)
-        if state == want or time.monotonic() > deadline:
-            return line, state
-        time.sleep(0.05)
-
-
-def curl_bulk(sb, size=BULK):
-    r = nw.sh("curl", "-sS", "--noproxy", "*", "-o", "/dev/null", "-w", "%{size_download}",
-              f"http://{nw.SITE_IP}/bulk/{size}", ns=sb["ns"], timeout=120)
-    return int(r.stdout)
 
 
 def test_world_is_sealed(world):
@@ -101,7 +70,7 @@ def test_web_download_takes_the_fast_path(world):
     a = world.a
     counts = nf.watch_forward(world, [f'oifname "{a["ifname"]}"', f'iifname "{a["ifname"]}"'])
     try:
-        assert curl_bulk(a) == BULK
+        assert nf.curl_bulk(a) == BULK
         into, out_of = counts()
     finally:
         nf.unwatch(world)
@@ -113,7 +82,7 @@ def test_web_download_takes_the_fast_path(world):
     # and a live connection is marked offloaded in conntrack (or not), both ways at once
     t = nf.Trickle(a, nw.SITE_IP)
     try:
-        line, state = wait_offload_state(world, t, world.flowtables)
+        line, state = nf.wait_offload_state(world, t, world.flowtables)
         assert state is world.flowtables, line
     finally:
         assert t.close() > 0
@@ -131,7 +100,7 @@ def test_denied_destinations_refused_fast_beside_an_offloaded_connection(world):
     a, b = world.a, world.b
     t = nf.Trickle(a, nw.SITE_IP)
     try:
-        line, state = wait_offload_state(world, t, world.flowtables)
+        line, state = nf.wait_offload_state(world, t, world.flowtables)
         assert state is world.flowtables, line
         # the same address as the offloaded connection, another port; then denied and local addresses
         refused_once(world, a, "ECONNREFUSED", op="http", host=nw.SITE_IP, port=8080)
@@ -144,7 +113,7 @@ def test_denied_destinations_refused_fast_beside_an_offloaded_connection(world):
         # b's listener is alive: the refusal above is the rule's
         r = world.probe(b, op="http", host=b["addr"], port=80)
         assert r["ok"] and '"site": "sandbox-b"' in r["body"], r
-        line, state = offloaded(world, t)
+        line, state = nf.offloaded(world, t)
         assert state is world.flowtables, line  # the offloaded connection went on meanwhile
         r = world.probe(a, op="http", host=nw.SITE_IP, host_header=nw.SITE, port=80)
         assert r["ok"] and r["status"] == 200 and '"site": "site"' in r["body"], r
@@ -158,9 +127,9 @@ def test_forged_sources_dropped_beside_offloaded_connections(world):
     a, b = world.a, world.b
     ta, tb = nf.Trickle(a, nw.SITE_IP), nf.Trickle(b, nw.SITE_IP)
     try:
-        line_a, state = wait_offload_state(world, ta, world.flowtables)
+        line_a, state = nf.wait_offload_state(world, ta, world.flowtables)
         assert state is world.flowtables, line_a
-        line_b, state = wait_offload_state(world, tb, world.flowtables)
+        line_b, state = nf.wait_offload_state(world, tb, world.flowtables)
         assert state is world.flowtables, line_b
         _, uplink_ip, _, masq_port = nf.reply_tuple(line_a)
         assert uplink_ip == nw.HOST_UPLINK_IP, line_a
@@ -192,7 +161,7 @@ def test_forged_sources_dropped_beside_offloaded_connections(world):
             assert seen["lbflow-genuine"]["sport"] == masq_port, seen
         else:
             assert forwarded[0] == 1, forwarded
-        assert offloaded(world, ta)[1] is world.flowtables and offloaded(world, tb)[1] is world.flowtables
+        assert nf.offloaded(world, ta)[1] is world.flowtables and nf.offloaded(world, tb)[1] is world.flowtables
     finally:
         nf.unwatch(world)
         assert ta.close() > 0 and tb.close() > 0

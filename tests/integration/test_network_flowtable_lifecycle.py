@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import sys
-import time
 
 import pytest
 
@@ -19,44 +18,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lensbox_testlib import netflow as nf  # noqa: E402
 from lensbox_testlib import networld as nw  # noqa: E402
 
-BULK = 32 << 20
-
-
-def new_world(extra_args=()):
-    w = nw.World()
-    try:
-        w.flowtables, w.kernel_says = nf.kernel_has_flowtables(w)
-        w.start_lensbox(extra_args)
-        return w
-    except BaseException:
-        w.close()
-        raise
+BULK = nf.BULK
 
 
 @pytest.fixture
 def fresh():
-    w = new_world()
+    w = nf.new_world()
     try:
         yield w
     finally:
         w.close()
 
 
-def wait_offload_state(world, trickle, want, seconds=3.0):
-    deadline = time.monotonic() + seconds
-    while True:
-        lines = [l for l in nf.conntrack(world, trickle.addr) if f" sport={trickle.sport} " in l]
-        assert len(lines) == 1, nf.conntrack(world, trickle.addr)
-        state = "[OFFLOAD]" in lines[0]
-        if state == want or time.monotonic() > deadline:
-            return lines[0], state
-        time.sleep(0.05)
-
-
-def curl_bulk(sb, size=BULK):
-    r = nw.sh("curl", "-sS", "--noproxy", "*", "-o", "/dev/null", "-w", "%{size_download}",
-              f"http://{nw.SITE_IP}/bulk/{size}", ns=sb["ns"], timeout=120)
-    return int(r.stdout)
 
 
 def host_links(world):
@@ -78,13 +51,13 @@ def test_removing_a_sandbox_leaves_no_device_and_no_rule(fresh):
     assert nf.flowtable_devices(w) == (sorted(["up0", c["ifname"]]) if w.flowtables else None)
     t = nf.Trickle(c, nw.SITE_IP)
     try:
-        line, state = wait_offload_state(w, t, w.flowtables)
+        line, state = nf.wait_offload_state(w, t, w.flowtables)
         assert state is w.flowtables, line
         w.ctl.ok("detach ftc")
         assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
         assert host_links(w) == [p["ifname"]]
         # the kernel drops the connection's flow with its device: conntrack no longer marks it offloaded
-        line, state = wait_offload_state(w, t, False, seconds=5)
+        line, state = nf.wait_offload_state(w, t, False, seconds=5)
         assert state is False, line
     finally:
         t.close()
@@ -95,7 +68,7 @@ def test_removing_a_sandbox_leaves_no_device_and_no_rule(fresh):
     c2 = w.add_sandbox("ftc2", "web")
     assert c2["ifname"] == c["ifname"]
     assert nf.flowtable_devices(w) == (sorted(["up0", c2["ifname"]]) if w.flowtables else None)
-    assert curl_bulk(c2, 1 << 20) == 1 << 20
+    assert nf.curl_bulk(c2, 1 << 20) == 1 << 20
     w.ctl.ok("detach ftc2")
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
     assert host_links(w) == [] and lensbox_objects(w) == []
@@ -112,7 +85,7 @@ def test_flush_and_restart_keep_the_device_list_right(fresh):
     assert int(w.ctl.ok("verify")[0]) >= 1
     assert nf.flowtable_devices(w) == want
     assert nf.health(w.ctl)["offload"] == ("1" if w.flowtables else "0")
-    assert curl_bulk(d, 1 << 20) == 1 << 20
+    assert nf.curl_bulk(d, 1 << 20) == 1 << 20
     # lensbox dies with d attached; the next one starts a fresh table and removes what the dead one left
     w.ctl.p.send_signal(signal.SIGKILL)
     w.ctl.p.wait()
@@ -141,18 +114,18 @@ def test_a_lost_flowtable_is_put_back_with_its_devices(fresh):
     else:
         assert w.ctl.ok("verify") == ["0"]
         assert nf.flowtable_devices(w) is None
-    assert curl_bulk(g, 1 << 20) == 1 << 20
+    assert nf.curl_bulk(g, 1 << 20) == 1 << 20
 
 
 def test_offload_turned_off_by_configuration():
-    w = new_world(["--no-offload"])
+    w = nf.new_world(["--no-offload"])
     try:
         h = nf.health(w.ctl)
         assert h["offload"] == "0" and h["offload_why"] == "turned off in the configuration (no_flow_offload)", h
         e = w.add_sandbox("fte", "web")
         assert nf.flowtable_devices(w) is None
         counts = nf.watch_forward(w, [f'oifname "{e["ifname"]}"'])
-        assert curl_bulk(e) == BULK
+        assert nf.curl_bulk(e) == BULK
         assert counts()[0] >= BULK // 65536  # every packet crossed the forward chain
     finally:
         nf.unwatch(w)

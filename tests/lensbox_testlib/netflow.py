@@ -13,6 +13,7 @@ packet is recognised whatever address translation it went through.
 import json
 import re
 import subprocess
+import time
 
 from . import networld as nw
 
@@ -23,6 +24,46 @@ PROBE_TABLE = """table inet lbftprobe {
 \t}
 }
 """
+
+
+BULK = 32 << 20  # bytes of a bulk download: at least 512 packets of 64 KiB into the sandbox
+
+
+def new_world(extra_args=()):
+    """A sealed world (networld.World) with lensbox started in it, knowing whether its kernel has flowtables
+    (w.flowtables, and nft's error as w.kernel_says)."""
+    w = nw.World()
+    try:
+        w.flowtables, w.kernel_says = kernel_has_flowtables(w)
+        w.start_lensbox(extra_args)
+        return w
+    except BaseException:
+        w.close()
+        raise
+
+
+def offloaded(world, trickle):
+    """conntrack's entry of trickle's connection (exactly one) and whether the kernel marks it offloaded."""
+    lines = [l for l in conntrack(world, trickle.addr) if f" sport={trickle.sport} " in l]
+    assert len(lines) == 1, conntrack(world, trickle.addr)
+    return lines[0], "[OFFLOAD]" in lines[0]
+
+
+def wait_offload_state(world, trickle, want, seconds=3.0):
+    """Polls until the connection's [OFFLOAD] mark is want (the kernel adds a flow on its next accepted packet)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        line, state = offloaded(world, trickle)
+        if state == want or time.monotonic() > deadline:
+            return line, state
+        time.sleep(0.05)
+
+
+def curl_bulk(sb, size=BULK):
+    """Downloads size bytes from the world's site inside sandbox sb; the byte count curl received."""
+    r = nw.sh("curl", "-sS", "--noproxy", "*", "-o", "/dev/null", "-w", "%{size_download}",
+              f"http://{nw.SITE_IP}/bulk/{size}", ns=sb["ns"], timeout=120)
+    return int(r.stdout)
 
 
 def kernel_has_flowtables(world):
