@@ -88,14 +88,19 @@ static int fill_identity(struct entry_header *h, struct lb_error *err)
 	h->lib_version[2] = v->micro;
 	/* The shared object itself: a rebuilt or patched libseccomp of the same version is another file. Linked into
 	 * the executable (the tool links it statically), the executable is that file: dladdr names it only as argv[0]
-	 * did, which may be relative or a bare name found in PATH, so it is reached through /proc/self/exe. */
-	Dl_info info, self;
+	 * did, which may be relative or a bare name found in PATH, so it is reached through /proc/self/exe. A fully
+	 * static executable (the musl build of the tool, LB_SECCOMP_IN_EXECUTABLE) has no dladdr to ask. */
 	struct stat st;
+#ifdef LB_SECCOMP_IN_EXECUTABLE
+	const char *file = "/proc/self/exe";
+#else
+	Dl_info info, self;
 	if (dladdr((void *)seccomp_init, &info) == 0 || !info.dli_fname)
 		return lb_error_setx(err, ENOTSUP, "seccomp cache: cannot identify the libseccomp in use");
 	const char *file = info.dli_fname;
 	if (dladdr((void *)fill_identity, &self) != 0 && self.dli_fbase == info.dli_fbase)
 		file = "/proc/self/exe";
+#endif
 	if (stat(file, &st) < 0)
 		return lb_error_setx(err, ENOTSUP, "seccomp cache: cannot identify the libseccomp in use");
 	h->lib_dev = (uint64_t)st.st_dev;
