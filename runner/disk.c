@@ -14,10 +14,6 @@
  * exclusive flock on <storage>/lock for its whole life (released by the kernel if its process dies), and a start
  * also refuses an image a loop device still holds (a crashed sandbox's leftover mount). Stop detaches the mount and
  * leaves its shutdown (the flushes to the host's disk) to a background flusher that shares the lock until it is done.
- *
- * The storage is mounted on a receiver (lb_disk_receiver): a shared bind of an empty directory, made before the
- * sandbox's first process copies the host's mounts, so the storage reaches that process's /sandbox by propagation
- * while it builds the root (rootfs.c); stop and cleanup unmount both.
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -414,39 +410,22 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 		return lfd;
 	for (size_t i = 0; i < layout.n; i++)
 		(void)posix_fadvise(lfd, (off_t)layout.offsets[i], (off_t)layout.block_size, POSIX_FADV_WILLNEED);
-	/* On the receiver (lb_disk_receiver), which keeps the mount point from being removed. */
-	if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, STORAGE_MOUNT_OPTS) == 0 ||
-	    (errno == EINVAL &&
-	     mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, STORAGE_MOUNT_OPTS_OLD) == 0))
-		return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
-	return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);
-}
-
-int lb_disk_receiver(const char *mountpoint, const char *source, struct lb_error *err)
-{
+	const char *opts = STORAGE_MOUNT_OPTS;
 	/* The mount point may be removed under us by the flusher of a stopped sandbox of the same name (with another
-	 * storage; ours is locked): make it again then. Once mounted on, it cannot be removed. */
+	 * storage; ours is locked): make it again then. */
 	for (int attempt = 0;; attempt++) {
 		int r = lb_mkdir_p(mountpoint, 0700);
 		if (r < 0)
 			return lb_error_set(err, r, "creating %s", mountpoint);
-		/* An empty directory of the skeleton's tmpfs, mode 0: until the storage covers it, /sandbox is a
-		 * directory nobody can enter. A bind, not a tmpfs of its own: no superblock to make. */
-		if (mount(source, mountpoint, NULL, MS_BIND, NULL) == 0)
-			break;
+		if (mount(dev, mountpoint, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, opts) == 0)
+			return 0; /* closing lfd leaves the mount as the loop device's only user: autoclear on umount */
+		if (errno == EINVAL && strcmp(opts, STORAGE_MOUNT_OPTS) == 0) {
+			opts = STORAGE_MOUNT_OPTS_OLD;
+			continue;
+		}
 		if (errno != ENOENT || attempt == 2)
-			return lb_error_set(err, errno, "mounting the storage's receiver on %s", mountpoint);
+			return lb_error_set(err, errno, "mounting %s on %s", dev, mountpoint);
 	}
-	/* Shared: what is mounted on it later (the storage) propagates to the copies the sandbox's first process
-	 * makes. Those copies are slaves (a copy made for a less privileged user namespace never propagates back) and
-	 * what reaches them is locked like every mount copied into that namespace. Safe as root: our own mount on a
-	 * root-only directory of the run directory. */
-	if (mount(NULL, mountpoint, NULL, MS_SHARED, NULL) < 0) {
-		int e = errno;
-		umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW);
-		return lb_error_set(err, e, "sharing the storage's receiver at %s", mountpoint);
-	}
-	return 0;
 }
 
 /* The flusher: a grandchild of the caller (its parent, which shares the caller's memory, exits at once, so nobody
@@ -508,8 +487,6 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 			close(mnt_fd);
 		return lb_error_set(err, e, "unmounting %s", mountpoint);
 	}
-	/* The receiver under it (lb_disk_receiver), a bind of an empty directory: nothing to flush. */
-	(void)umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW);
 	if (mnt_fd < 0) {
 		(void)rmdir(mountpoint);
 		return 0; /* nothing was mounted there */

@@ -50,17 +50,11 @@ int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 /* Makes <storage>/disk.img (an ext4 filesystem of disk_bytes) unless it exists, growing an existing one to a larger
  * limit. Returns 1 when it made a new filesystem, 0 when one was there. */
 int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
-/* Mounts the storage's receiver at mountpoint (made if missing): a shared bind of source (an empty directory of the
- * skeleton's tmpfs) that the storage is mounted on later (lb_disk_mount). The sandbox's first process copies it
- * into its namespace (a slave copy, locked) and binds it at /sandbox before the storage is there; the storage's
- * mount then propagates to it, so the child builds the root while the caller mounts the storage. */
-int lb_disk_receiver(const char *mountpoint, const char *source, struct lb_error *err);
-/* Attaches and mounts the image on the receiver at mountpoint. The caller holds the storage lock (lb_disk_lock) and
- * has checked under it that no loop device holds the image (lb_disk_wait_released). */
+/* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
+ * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
-/* Detaches the storage mount at mountpoint (and the receiver under it) at once, in two halves so the caller can work
- * while the flusher gets going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background
- * flusher that holds the
+/* Detaches the storage mount at mountpoint at once, in two halves so the caller can work while the flusher gets
+ * going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background flusher that holds the
  * storage lock (lock_fd, shared with it); lb_disk_detach_finish() reaps the flusher's intermediate child and drops the
  * caller's reference, after which the flusher shuts the filesystem down (journal commit, flush to the host's disk,
  * loop device release), removes the mount point and releases the lock. lock_fd < 0: finish does it all itself. */
@@ -98,13 +92,10 @@ struct lb_rootfs_plan *lb_rootfs_plan_new(void);
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *plan,
 		      struct lb_error *err);
 /* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names
- * the step. lb_rootfs_make_private() first (our copy of the skeleton's mount private: the host may unmount its own),
- * then lb_rootfs_enter() (the root, pivot_root; /sandbox is bound from our copy of the storage's receiver, which
- * still follows the host's), then, once the storage is mounted on the host, lb_rootfs_seal() (every mount of the new
- * root private: no propagation either way from then on). */
-int lb_rootfs_make_private(const struct lb_rootfs_plan *plan, const char **ret_step);
+ * the step. lb_rootfs_make_private() first (every mount of the new mount namespace private: no propagation either
+ * way), then lb_rootfs_enter(). */
+int lb_rootfs_make_private(const char **ret_step);
 int lb_rootfs_enter(const struct lb_rootfs_plan *plan, const char **ret_step);
-int lb_rootfs_seal(const char **ret_step);
 void lb_rootfs_plan_free(struct lb_rootfs_plan *plan);
 /* Host side: unmounts the host's mount of the skeleton (the sandbox's first process has its own private copy by
  * then); the empty mount point stays until stop (removing it would detach that copy too, wherever it is mounted). */

@@ -16,13 +16,12 @@
  *                                                                 urandom tty + devpts newinstance + /dev/shm tmpfs
  *                                                      /proc      fresh, Docker's masked and read-only paths
  *
- *  - lb_rootfs_make_private(), lb_rootfs_enter() and lb_rootfs_seal() run in the sandbox's first process, inside its
- *    new user and mount namespaces, with every capability of the new user namespace and none on the host. The
- *    first makes our copy of the skeleton's mount private (after which the caller removes the host's: our copy no
- *    longer follows it); the second mounts the above, pivot_root()s into root/ and detaches the old root, so
- *    nothing of the host stays reachable; /sandbox comes from the storage's receiver (disk.c), on which the caller
- *    mounts the storage meanwhile; the third, once the storage is there, makes every mount private. They use only
- *    raw syscalls on strings prepared by the first half (it runs in a child of a multithreaded process).
+ *  - lb_rootfs_make_private() and lb_rootfs_enter() run in the sandbox's first process, inside its new user and mount
+ *    namespaces, with every capability of the new user namespace and none on the host. The first makes every mount
+ *    private (after which the caller removes the host's skeleton mount: our copy no longer follows it); the second
+ *    mounts the above,
+ *    pivot_root()s into root/ and detaches the old root, so nothing of the host stays reachable. It uses only raw
+ *    syscalls on strings prepared by the first half (it runs in a child of a multithreaded process).
  *
  * Nothing is created by the child: inside the new user namespace its host uid (0) is unmapped, so it could not
  * create files anyway; every mount point already exists in the skeleton.
@@ -226,10 +225,6 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	snprintf(img, sizeof(img), "%s/img", sb->state_dir);
 	if (mkdir(img, 0755) < 0 && errno != EEXIST)
 		return lb_error_set(err, errno, "creating %s", img);
-	/* What the storage's receiver binds (disk.c): empty, mode 0. */
-	snprintf(img, sizeof(img), "%s/receiver", sb->state_dir);
-	if (mkdir(img, 0) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", img);
 
 	_Static_assert(10 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <= PLAN_STRINGS,
 		       "the plan's arena holds every string at PATH_MAX");
@@ -303,21 +298,10 @@ static int remount_ro(const char *path, unsigned long extra)
 		}                           \
 	} while (0)
 
-int lb_rootfs_make_private(const struct lb_rootfs_plan *p, const char **ret_step)
+int lb_rootfs_make_private(const char **ret_step)
 {
-	/* We are in our own mount namespace, owned by the sandbox's user namespace: its copies of the host's shared
-	 * mounts are slaves (nothing we mount propagates back) and locked. Our copy of the skeleton's mount stops
-	 * following the host's now, so the host can unmount its own while we build. The rest of the host's tree goes
-	 * with the old root; the storage's receiver keeps following the host until the storage has arrived
-	 * (lb_rootfs_seal). */
-	STEP("making the skeleton's mount private", mount(NULL, p->state, NULL, MS_REC | MS_PRIVATE, NULL));
-	return 0;
-}
-
-int lb_rootfs_seal(const char **ret_step)
-{
-	/* The storage is mounted on the host and has propagated to /sandbox: from now on nothing the host does
-	 * propagates in (every mount of our root private, as if copied after the storage was there). */
+	/* Everything after this happens in our own mount namespace (owned by the sandbox's user namespace): nothing
+	 * propagates back to the host once every mount is private, and nothing the host does propagates in. */
 	STEP("making mounts private", mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
 	return 0;
 }
@@ -332,9 +316,7 @@ int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
 	STEP("binding the image", mount(p->image, "img", NULL, MS_BIND | MS_REC, NULL));
 	STEP("mounting the root overlay",
 	     mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, p->overlay_opts));
-	/* Our copy of the storage's receiver (or of the storage, if the host mounted it before we copied its tree): a
-	 * slave, so the storage the host mounts on the receiver arrives here too, with the host's nosuid,nodev locked
-	 * (a mount propagated into a less privileged namespace is locked like a copied one). */
+	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
 	STEP("mounting /sandbox", mount(p->storage_src, p->sandbox, NULL, MS_BIND, NULL));
 	STEP("mounting /tmp", mount("tmpfs", p->tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts));
 	STEP("mounting /dev", mount(p->dev_src, p->dev, NULL, MS_BIND, NULL));
@@ -418,9 +400,8 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
 					     "devskel/urandom",	  "devskel/tty",	  "devskel/fd",
 					     "devskel/stdin",	  "devskel/stdout",	  "devskel/stderr",
 					     "devskel/ptmx" };
-	static const char *const dirs[] = { "skel/etc", "skel/sandbox", "skel/tmp",    "skel/proc",
-					    "skel/dev", "skel",		"devskel/pts", "devskel/shm",
-					    "devskel",	"root",		"img",	       "receiver" };
+	static const char *const dirs[] = { "skel/etc",	   "skel/sandbox", "skel/tmp", "skel/proc", "skel/dev", "skel",
+					    "devskel/pts", "devskel/shm",  "devskel",  "root",	    "img" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
 		snprintf(path, sizeof(path), "%s/%s", state_dir, files[i]);
 		(void)unlink(path);

@@ -204,31 +204,21 @@ static _Noreturn void init_main(const struct init_args *a)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1); /* the parent gave up */
-	/* Our mount namespace is a copy of the host's as it is now (the skeleton and the storage's receiver mounted),
-	 * owned by our user namespace, so every mount copied from the host is locked; rootfs.c builds the root from
-	 * them and detaches the rest. Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy
-	 * stays invisible. */
+	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
+	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
+	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
 	if (unshare(CLONE_NEWNS | CLONE_NEWCGROUP) < 0) {
 		r = -errno;
 		step = "unsharing the mount and cgroup namespaces";
 	}
-	/* Once it is private, our copy of the skeleton's mount (locked nosuid,nodev, being a copy made for a less
-	 * privileged namespace) no longer follows the host's: the parent may take that away while we build. */
+	/* Once our mounts are private, our copy of the skeleton's mount (locked nosuid,nodev, being a copy made for a
+	 * less privileged namespace) no longer follows the host's: the parent may take that away while we build. */
 	if (r == 0)
-		r = lb_rootfs_make_private(a->plan, &step);
+		r = lb_rootfs_make_private(&step);
 	if (r == 0)
 		lb_child_report(a->report_fd, 'N', 0, 0, NULL);
 	if (r == 0)
 		r = lb_rootfs_enter(a->plan, &step);
-	/* The parent mounts the storage on its receiver while we build: it says when /sandbox has it. */
-	if (r == 0) {
-		do
-			n = read(a->release_fd, &byte, 1);
-		while (n < 0 && errno == EINTR);
-		if (n != 1)
-			_exit(1); /* the parent gave up */
-		r = lb_rootfs_seal(&step);
-	}
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
 	if (r < 0) {
@@ -289,7 +279,7 @@ static void sandbox_free(struct lb_sandbox *sb)
  * detached storage keeps it alive, so init's dying mount namespace never drops its last one). The rest of the cgroups
  * needs init gone; the storage must lose its last reference in the flusher, so we drop ours (detach_finish) only
  * once init is reaped. */
-static int teardown(struct lb_sandbox *sb, bool have_receiver, bool have_disk, bool have_root, struct lb_error *err)
+static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struct lb_error *err)
 {
 	int first = 0;
 	struct lb_error e2;
@@ -312,10 +302,6 @@ static int teardown(struct lb_sandbox *sb, bool have_receiver, bool have_disk, b
 	if (sb->cg)
 		lb_cg_remove_idle_leaf(sb->cg, LB_CG_RUN);
 	struct lb_disk_detach detach = { .mnt_fd = -1, .go = -1, .pid = -1 };
-	if (have_receiver && !have_disk) { /* a start that failed before the storage was on its receiver */
-		(void)umount2(sb->storage_mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
-		(void)rmdir(sb->storage_mnt);
-	}
 	if (have_disk) {
 		lb_error_clear(&e2);
 		int r = lb_disk_detach(sb->storage_mnt, sb->storage_lock, &detach, &e2);
@@ -368,20 +354,6 @@ static int copy_env(struct lb_sandbox *sb, const char *const *image_env, struct 
 	if (!sb->path_env && !(sb->path_env = strdup("PATH=" LB_DEFAULT_PATH)))
 		return lb_error_set(err, ENOMEM, "copying PATH");
 	return 0;
-}
-
-/* One byte to the waiting child (through the release socket): go on. False, and the child killed (the report
- * read that follows must not wait for it), when it is gone already or must go. */
-static bool release_child(int release_fd, int init_pidfd)
-{
-	ssize_t sent;
-	do
-		sent = send(release_fd, "g", 1, MSG_NOSIGNAL);
-	while (sent < 0 && errno == EINTR);
-	if (sent == 1)
-		return true;
-	syscall(SYS_pidfd_send_signal, init_pidfd, SIGKILL, NULL, 0);
-	return false;
 }
 
 int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
@@ -446,7 +418,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
 	}
 	struct lb_cg_host host;
-	bool have_receiver = false, have_disk = false, have_root = false;
+	bool have_disk = false, have_root = false;
 	struct lb_rootfs_plan *plan = NULL;
 	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
 	int init_fd = -1;
@@ -556,21 +528,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
 	(void)write_proc(pid, "oom_score_adj", "-1000", NULL);
 
-	/* The storage's receiver and the root's skeleton, while the child makes its network namespace; then the
-	 * child builds the root while we mount the storage on the receiver (disk.c says how it reaches /sandbox). */
-	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
-	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
-		lb_error_wrap(err, "preparing the root filesystem");
-		goto fail;
-	}
-	char receiver[PATH_MAX];
-	snprintf(receiver, sizeof(receiver), "%s/receiver", sb->state_dir);
-	if ((r = lb_disk_receiver(sb->storage_mnt, receiver, err)) < 0)
-		goto fail;
-	have_receiver = true;
-
-	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
-	bool child_gone = !release_child(release[1], sb->init_pidfd);
+	/* The storage and the root's skeleton, while the child makes its network namespace. */
 	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
 	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
 		lb_error_wrap(err, "preparing the storage");
@@ -583,9 +541,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	have_disk = true;
 	/* mke2fs's empty lost+found means nothing to the sandbox's programs (only e2fsck uses it, and makes it again
-	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox process has
-	 * run in yet, so nothing in it can be a planted link; rmdir removes only an empty directory. A failure is
-	 * cosmetic. */
+	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox has seen, so
+	 * nothing in it can be a planted link; rmdir removes only an empty directory. A failure is cosmetic. */
 	if (fresh_fs) {
 		char lf[PATH_MAX];
 		snprintf(lf, sizeof(lf), "%s/lost+found", sb->storage_mnt);
@@ -599,9 +556,19 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
 		goto fail;
 	}
-	/* The storage is on /sandbox in the child's root too (propagated, synchronously, by the mount above). */
-	if (!child_gone)
-		(void)release_child(release[1], sb->init_pidfd);
+	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
+	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
+		lb_error_wrap(err, "preparing the root filesystem");
+		goto fail;
+	}
+
+	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
+	ssize_t sent;
+	do
+		sent = send(release[1], "g", 1, MSG_NOSIGNAL);
+	while (sent < 0 && errno == EINTR);
+	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
+		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 	struct lb_child_report rep;
 	for (;;) {
 		ssize_t n;
@@ -650,7 +617,7 @@ fail:
 		waitpid(pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(plan);
-	teardown(sb, have_receiver, have_disk, have_root, NULL);
+	teardown(sb, have_disk, have_root, NULL);
 	sandbox_free(sb);
 	return r;
 }
@@ -695,7 +662,7 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
 {
 	if (!sb)
 		return 0;
-	int r = teardown(sb, true, true, false, err); /* the root's host side went at start */
+	int r = teardown(sb, true, false, err); /* the root's host side went at start */
 	if (r < 0)
 		lb_error_wrap(err, "stopping sandbox %s", sb->name);
 	sandbox_free(sb);
@@ -733,11 +700,8 @@ int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *e
 		if (err)
 			*err = e2;
 	}
-	/* The storage, then its receiver under it (disk.c). */
-	for (int i = 0; i < 2; i++)
-		if (umount2(mnt, UMOUNT_NOFOLLOW) < 0 &&
-		    (errno == EINVAL || errno == ENOENT || umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW) < 0))
-			break;
+	if (umount2(mnt, UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT)
+		umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
 	(void)rmdir(mnt);
 	return first;
 }
