@@ -132,6 +132,24 @@ def test_mountinfo_paths_lead_nowhere(batch, lab):
             refused(o, "ENOENT", res2)
 
 
+def test_every_mount_is_private_and_sandbox_is_the_storage(batch):
+    """Every mount of the sandbox is private (rootfs.c): none may carry a propagation tag (shared:N, master:N), so
+    nothing the host mounts or unmounts reaches the sandbox and nothing propagates back; the mount on top at /sandbox
+    is the storage (ext4), nosuid,nodev."""
+    p, res = extra(batch, 0)
+    succeeded(p, res)
+    lines = p["data"].splitlines()
+    tagged = [line for line in lines if line.split(" - ")[0].split()[6:]]
+    assert not tagged, f"mounts that still propagate: {tagged}"
+    sandbox = [line for line in lines if line.split()[4] == "/sandbox"]
+    parents = {line.split()[1] for line in sandbox}
+    tops = [line for line in sandbox if line.split()[0] not in parents]  # mounted on by no other /sandbox mount
+    assert len(tops) == 1, sandbox
+    top = tops[0].split(" - ")
+    assert top[1].split()[0] == "ext4", sandbox
+    assert {"nosuid", "nodev"} <= set(top[0].split()[5].split(",")), sandbox
+
+
 def test_root_lists_only_the_image(batch):
     p, res = extra(batch, 1)
     succeeded(p, res)
