@@ -102,6 +102,8 @@ int lb_read_u64_at(int dirfd, const char *path, uint64_t *ret)
 	int r = lb_read_file_at(dirfd, path, 4096, &buf, NULL);
 	if (r < 0)
 		return r;
+	if (!buf) /* never on success; says so to the analyzer */
+		return -EIO;
 	buf[strcspn(buf, "\n")] = '\0';
 	if (strcmp(buf, "max") == 0) {
 		*ret = UINT64_MAX;
