@@ -6,7 +6,6 @@ the flowtable's device list follows the `web` sandboxes (attach adds the veth, d
 with it, a restart starts from the uplink alone), or, on a kernel without flowtables, there is none at all. Either
 way removing a sandbox leaves no device, veth or rule behind.
 """
-import json
 import os
 import re
 import signal
@@ -30,13 +29,6 @@ def fresh():
         w.close()
 
 
-
-
-def host_links(world):
-    return sorted(l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=world.host).stdout)
-                  if l["ifname"].startswith("lbh"))
-
-
 def lensbox_objects(world):
     """Anything of a sandbox's in lensbox's table: sb<N>_ objects, lbh<N> keys or devices."""
     t = world.nft("list", "table", "inet", "lensbox").stdout
@@ -55,14 +47,14 @@ def test_removing_a_sandbox_leaves_no_device_and_no_rule(fresh):
         assert state is w.flowtables, line
         w.ctl.ok("detach ftc")
         assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
-        assert host_links(w) == [p["ifname"]]
+        assert w.host_links() == [p["ifname"]]
         # the kernel drops the connection's flow with its device: conntrack no longer marks it offloaded
         line, state = nf.wait_offload_state(w, t, False, seconds=5)
         assert state is False, line
     finally:
         t.close()
     w.ctl.ok("detach ftp")
-    assert host_links(w) == [] and lensbox_objects(w) == [], w.nft("list", "table", "inet", "lensbox").stdout
+    assert w.host_links() == [] and lensbox_objects(w) == [], w.nft("list", "table", "inet", "lensbox").stdout
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
     # the slot again, for a new web sandbox: its new veth joins, and it works
     c2 = w.add_sandbox("ftc2", "web")
@@ -71,7 +63,7 @@ def test_removing_a_sandbox_leaves_no_device_and_no_rule(fresh):
     assert nf.curl_bulk(c2, 1 << 20) == 1 << 20
     w.ctl.ok("detach ftc2")
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
-    assert host_links(w) == [] and lensbox_objects(w) == []
+    assert w.host_links() == [] and lensbox_objects(w) == []
 
 
 def test_flush_and_restart_keep_the_device_list_right(fresh):
@@ -92,9 +84,9 @@ def test_flush_and_restart_keep_the_device_list_right(fresh):
     w.ctl = None
     w.start_lensbox()
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
-    assert host_links(w) == [d["ifname"]]
+    assert w.host_links() == [d["ifname"]]
     assert w.ctl.ok("reconcile") == ["1"]
-    assert host_links(w) == [] and lensbox_objects(w) == []
+    assert w.host_links() == [] and lensbox_objects(w) == []
     assert nf.flowtable_devices(w) == (["up0"] if w.flowtables else None)
 
 

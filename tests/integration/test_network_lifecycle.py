@@ -28,11 +28,6 @@ def world():
         w.close()
 
 
-def host_links(world):
-    return sorted(l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=world.host).stdout)
-                  if l["ifname"].startswith("lbh"))
-
-
 def table(world):
     return world.nft("list", "table", "inet", "lensbox").stdout
 
@@ -47,16 +42,16 @@ def test_off_reaches_nothing(world):
         assert r["ok"] is False and r["error"] == "ENETUNREACH" and r["elapsed"] < 1.0, r
     r = world.probe(sb, op="udp", addr=nw.DNS_IP, port=53)
     assert r["ok"] is False and r["error"] == "ENETUNREACH", r
-    assert host_links(world) == []
+    assert world.host_links() == []
 
 
 def test_detach_leaves_nothing(world):
     empty = table(world)
     sb = world.add_sandbox("gone", "web")
-    assert host_links(world) == ["lbh0"]
+    assert world.host_links() == ["lbh0"]
     assert "sb0_fwd" in table(world) and '"lbh0"' in table(world)
     world.ctl.ok("detach gone")
-    assert host_links(world) == []
+    assert world.host_links() == []
     assert table(world) == empty
     links = [l["ifname"] for l in json.loads(nw.sh("ip", "-j", "link", "show", ns=sb["ns"]).stdout)]
     assert links == ["lo"]
@@ -67,7 +62,7 @@ def test_tier_change_recreates(world):
     sb = world.add_sandbox("chg", "web")
     assert world.probe(sb, op="http", host=nw.SITE, port=80)["ok"]
     world.ctl.ok(f"attach chg /run/netns/{sb['ns']} packages")
-    assert host_links(world) == ["lbh0"]
+    assert world.host_links() == ["lbh0"]
     t = table(world)
     assert "sb0_tcp_ports" not in t and "dnat ip to 10.231.0.1:10080" in t, t
     r = world.probe(sb, op="http", host=nw.SITE_IP, port=80)
@@ -77,18 +72,18 @@ def test_tier_change_recreates(world):
 def test_reconcile_after_crash(world):
     keep = world.add_sandbox("keep", "web")
     world.add_sandbox("drop", "packages")
-    assert host_links(world) == ["lbh0", "lbh1"]
+    assert world.host_links() == ["lbh0", "lbh1"]
     world.ctl.p.send_signal(signal.SIGKILL)
     world.ctl.p.wait()
     ctl = world.start_lensbox()  # a restart: a fresh table; the veths are still there
-    assert host_links(world) == ["lbh0", "lbh1"]
+    assert world.host_links() == ["lbh0", "lbh1"]
     assert ctl.ok("reconcile keep") == ["1"]
-    assert host_links(world) == ["lbh0"]
+    assert world.host_links() == ["lbh0"]
     # the surviving sandbox is attached again by its supervisor, and works
     ctl.ok(f"attach keep /run/netns/{keep['ns']} web")
     assert world.probe(keep, op="http", host=nw.SITE, port=80)["ok"]
     assert ctl.ok("reconcile") == ["1"]
-    assert host_links(world) == []
+    assert world.host_links() == []
     assert re.search(r"\bsb\d+_", table(world)) is None, table(world)
     assert re.search(r'"lbh\d', table(world)) is None, table(world)
 

@@ -245,6 +245,11 @@ class World:
     def blocked(self, sb):
         return int(self.ctl.ok(f"blocked {sb['name']}")[0])
 
+    def host_links(self):
+        """The host side of every sandbox's veth (lbh<N>) in the host namespace, sorted."""
+        links = json.loads(sh("ip", "-j", "link", "show", ns=self.host).stdout)
+        return sorted(link["ifname"] for link in links if link["ifname"].startswith("lbh"))
+
     def nft(self, *args):
         return sh("nft", *args, ns=self.host, check=False)
 
