@@ -73,6 +73,13 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 		lbd_gen_bool(g, "flow_offload", nh.flow_offload);
 		lbd_gen_str(g, "flow_offload_why_not", nh.flow_offload ? NULL : nh.flow_offload_why);
 		lbd_gen_uint(g, "attached", nh.sandboxes);
+		/* The resolver and relay: unprivileged processes of their own (services_uid) or lensboxd's threads. */
+		lbd_gen_key(g, "services");
+		yajl_gen_map_open(g);
+		lbd_gen_bool(g, "isolated", nh.services_isolated);
+		lbd_gen_bool(g, "alive", nh.services_alive);
+		lbd_gen_uint(g, "restarts", nh.services_restarts);
+		yajl_gen_map_close(g);
 	}
 	yajl_gen_map_close(g);
 	lbd_gen_key(g, "sandboxes");

@@ -103,6 +103,9 @@ static const struct key_def keys[] = {
 	{ "networking", K_BOOL, FN(networking), 0, 0, "on",
 	  "on: the packages and web tiers work (nftables table inet lensbox, resolver, relay); off: only network off" },
 	{ "network_pool", K_STRING, F(network_pool), 0, 0, "10.231.0.0/16", "IPv4 CIDR for the sandboxes' /30 links" },
+	{ "services_uid", K_U32, FN(services_uid), 0, 4000000000u, "999999999",
+	  "uid and gid the DNS resolver and packages relay run as, in processes of their own (they parse the "
+	  "sandboxes' DNS, TLS and HTTP bytes); outside the sandboxes' uid range; 0: as threads of lensboxd (root)" },
 	{ "dns_upstream", K_STRING, F(dns_upstream), 0, 0, "",
 	  "name server the resolver and relay ask (IPv4[:port]); empty: /etc/resolv.conf's first" },
 	{ "pull_missing_images", K_BOOL, FN(pull_missing_images), 0, 0, "off",
@@ -347,6 +350,12 @@ int lbd_config_validate(const struct lbd_config *cfg, struct lb_error *err)
 	uint64_t end = (uint64_t)cfg->uid_range_start + cfg->uid_range_count;
 	if (end > UINT32_MAX - 1)
 		return lb_error_setx(err, ERANGE, "uid_range_start + uid_range_count passes the largest uid");
+	/* A sandbox given the services' uid could signal them, or see its own traffic's parsers as its peer. */
+	if (cfg->services_uid && cfg->services_uid >= cfg->uid_range_start && cfg->services_uid < end)
+		return lb_error_setx(err, ERANGE,
+				     "services_uid %u lies in the sandboxes' uid range (uid_range_start %u, "
+				     "uid_range_count %u)",
+				     cfg->services_uid, cfg->uid_range_start, cfg->uid_range_count);
 	if (strlen(cfg->state_dir) > 150 || strlen(cfg->run_dir) > 150)
 		return lb_error_setx(err, ENAMETOOLONG, "state_dir and run_dir must be at most 150 characters");
 	if ((cfg->registry_ca_file[0] && cfg->registry_ca_file[0] != '/') ||

@@ -52,6 +52,7 @@ struct lbd_config {
 	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
 	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
 	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
+	uint32_t services_uid;	    /* uid/gid of the resolver's and relay's processes; 0: lensboxd's threads */
 
 	/* images: pulling and garbage collection */
 	bool pull_missing_images;	 /* a missing image is pulled before a sandbox is made from it */

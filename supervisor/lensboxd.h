@@ -65,6 +65,8 @@ struct lbd {
 	struct lb_net *net;	/* NULL when networking is off or failed to start: only network "off" runs */
 	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
+	unsigned net_services_restarts; /* timer thread only: the restarts last logged */
+	bool net_services_down_logged;	/* timer thread only: the supervisor's end was logged */
 	int64_t started_at_ms;
 
 	struct lbd_spares *spares; /* NULL until lbd_spares_start() */

@@ -5,8 +5,10 @@
  * config (file, then flags) -> logging -> signals blocked in every thread -> state and run directories (root-only)
  * -> policy and host facts (a failure here does not stop the daemon: /v1/health says why sandboxes cannot run
  * and runs get 503) -> the store -> reconciliation with the kernel (before any request can start a sandbox) ->
- * the daemon's own leaf cgroup -> the API socket -> timers. SIGTERM/SIGINT stop the server, stop every running
- * sandbox (files stay) and close the store. A SIGKILL skips all that; the next start's reconciliation repairs it.
+ * the daemon's own leaf cgroup -> the network tiers (the resolver's and relay's unprivileged processes are forked
+ * here, while the daemon is still single-threaded) -> spares -> the API socket -> timers. SIGTERM/SIGINT stop the
+ * server, stop every running sandbox (files stay) and close the store. A SIGKILL skips all that; the next start's
+ * reconciliation repairs it.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -243,8 +245,9 @@ int main(int argc, char **argv)
 		lb_store_close(d.store);
 		return 1;
 	}
-	lbd_network_start(&d);
+	/* The leaf first: the services' supervisor is forked by lbd_network_start() and stays in our cgroup. */
 	move_to_leaf_cgroup();
+	lbd_network_start(&d);
 	/* Before the API's threads exist, which read d.spares; not fatal: new sandboxes are then started on demand. */
 	if (lbd_spares_start(&d, &err) < 0)
 		lb_warn(NULL, "%s", err.msg);

@@ -5,7 +5,8 @@
  * per-sandbox work (attach after start, detach before stop, blocked-packet counters around a run) is done where
  * the sandbox's turn is held, in sandboxes.c and api_runs.c; netfilter/ serialises its own state. The timer thread
  * calls lbd_network_verify() every LBD_NETWORK_VERIFY_MS, so a flushed ruleset is put back within seconds; net_mu keeps
- * that repair from running in the middle of an attach or detach (it would reload a dying sandbox's rules).
+ * that repair from running in the middle of an attach or detach (it would reload a dying sandbox's rules). The same
+ * call notices (and logs) a replaced or lost resolver/relay process.
  */
 #include <stdio.h>
 #include <string.h>
@@ -30,6 +31,7 @@ void lbd_network_start(struct lbd *d)
 		.policy_dir = d->cfg.policy_dir,
 		.pool = d->cfg.network_pool,
 		.dns_upstream = d->cfg.dns_upstream[0] ? d->cfg.dns_upstream : NULL,
+		.services_uid = d->cfg.services_uid,
 	};
 	struct lb_error err = { 0 };
 	if (lb_net_init(&nc, &d->net, &err) < 0) {
@@ -73,10 +75,36 @@ int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err)
 	return r;
 }
 
+/* The resolver's and relay's processes (when isolated): each replaced worker is worth a warning, a gone supervisor
+ * (DNS and the relay refused until lensboxd restarts) an error, logged once. */
+static void check_services(struct lbd *d)
+{
+	struct lb_net_health h = { 0 };
+	lb_net_health(d->net, &h);
+	if (!h.services_isolated)
+		return;
+	if (h.services_restarts != d->net_services_restarts) {
+		char f[96];
+		snprintf(f, sizeof(f), "restarts=%u worker=%u", h.services_restarts, h.services_worker_pid);
+		lb_warn(f,
+			"the resolver and relay's worker process ended and was replaced (a crash, or it was killed); "
+			"queries and connections sent meanwhile waited for the new one");
+		d->net_services_restarts = h.services_restarts;
+	}
+	if (!h.services_supervised && !d->net_services_down_logged) {
+		char f[32];
+		snprintf(f, sizeof(f), "pid=%u", h.services_pid);
+		lb_error(f, "the resolver and relay's supervisor process is gone: DNS and the packages relay are "
+			    "refused until lensboxd restarts");
+		d->net_services_down_logged = true;
+	}
+}
+
 void lbd_network_verify(struct lbd *d)
 {
 	if (!d->net)
 		return;
+	check_services(d);
 	unsigned repaired = 0;
 	struct lb_error err = { 0 };
 	pthread_mutex_lock(&d->net_mu);

@@ -36,6 +36,13 @@ struct lb_shared_slot {
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
 	_Atomic bool big_segments; /* written by the parent: the host-side veth takes segments over 64 KiB */
 };
+/* The isolated services' supervisor (isolate.c) writes this MAP_SHARED page; the parent only reports it, never acts
+ * on it (a compromised worker can write it too). */
+struct lb_services_status {
+	_Atomic int worker_pid;	   /* the worker serving now; 0 while it is being replaced */
+	_Atomic unsigned restarts; /* workers started after the first */
+	_Atomic int last_status;   /* wait status of the last worker that ended */
+};
 struct relay_conn; /* one relayed connection (services.c) */
 
 #define LB_RELAY_CONNS_MAX 256
@@ -65,7 +72,9 @@ struct lb_net {
 	struct relay_conn *live[LB_RELAY_CONNS_MAX]; /* under lock: so stopping can wake them */
 	bool stopping;				     /* under lock: no new upstream connection */
 	struct lb_shared_slot *shared;		     /* n_slots entries, MAP_SHARED */
-	pid_t services_pid;			     /* the isolated services process, 0 when in-process */
+	pid_t services_pid;			     /* the isolated services' supervisor, 0 when in-process */
+	int services_pidfd;			     /* its pidfd, when services_pid > 0 */
+	struct lb_services_status *services_status;  /* MAP_SHARED, when isolated */
 	uid_t services_uid;
 	atomic_uint dns_inflight;
 };
@@ -117,8 +126,12 @@ int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void 
 
 /* ---- services.c: resolver and relay ---- */
 
-int lb_resolver_start(struct lb_net *ctx, struct lb_error *err);
-int lb_relay_start(struct lb_net *ctx, struct lb_error *err);
+/* The service's socket on every address: a bound UDP socket, or a listening TCP one. Returns the fd. */
+int lb_service_bind(int type, uint16_t port, struct lb_error *err);
+/* Start the service's thread on fd (from lb_service_bind; taken whatever happens; a negative fd is returned as the
+ * error, so lb_resolver_start(ctx, lb_service_bind(...), err) reports a failed bind). */
+int lb_resolver_start(struct lb_net *ctx, int fd, struct lb_error *err);
+int lb_relay_start(struct lb_net *ctx, int fd, struct lb_error *err);
 /* Stops accepting work (joins the service's thread); requests already handed to worker threads go on, and may still
  * answer through the service's socket. */
 void lb_service_halt(struct lb_service *s);
@@ -134,10 +147,16 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 
 /* ---- isolate.c ---- */
 
-/* Forks the services process (resolver and relay) as uid/gid; -EBUSY when the caller has more than one thread. */
+/* Binds the two services' ports and forks their supervisor as uid/gid, which runs them in a worker it replaces
+ * when it ends; -EBUSY when the caller has more than one thread. */
 int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct lb_error *err);
+/* Kills the supervisor (and so its worker) and reaps it. */
 void lb_services_kill(struct lb_net *ctx);
+/* The supervisor runs and a worker serves. */
 bool lb_services_alive(struct lb_net *ctx);
+/* Whether the supervisor runs (so a worker that ends is replaced), the serving worker's pid (0 while it is
+ * replaced) and how many workers were started after the first: reported, never acted on. */
+void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_worker_pid, unsigned *ret_restarts);
 
 /* ---- net.c ---- */
 

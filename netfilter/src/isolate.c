@@ -1,18 +1,31 @@
 /*
- * isolate.c — the services process: the resolver and the relay moved out of lensboxd into a child that runs as its
- * own unprivileged uid, so the parsers of a sandbox's DNS, TLS and HTTP bytes never run as root.
+ * isolate.c — the services process: the resolver and the relay moved out of the caller (lensboxd, root) into
+ * processes of their own unprivileged uid, so the parsers of a sandbox's DNS, TLS and HTTP bytes never run as root,
+ * and a worker that crashes is replaced.
  *
- * Opt-in (lb_net_config.services_uid). lb_net_init() forks the child while the caller is still single-threaded (it
- * checks), so the child may use malloc and threads afterwards. The child, in order: points stdio at /dev/null and
- * closes every other inherited descriptor but its status pipe; drops supplementary groups, gid and uid (which drops
- * every capability); sets no_new_privs, non-dumpable (no ptrace by other processes of that uid) and parent-death
- * SIGKILL; starts the resolver and relay threads (unprivileged ports); reports success or the failed step on the
- * pipe; then waits to be killed.
+ * Opt-in for the library (lb_net_config.services_uid; lensboxd sets it by default). Two processes:
  *
- * What the two processes share is one anonymous MAP_SHARED array, a slot per sandbox: the tier (written by the
- * parent, read by the child) and the services' refusal counter (written by the child, read by the parent). The
- * parent never trusts the child with anything but that counter, so a compromised child can at worst miscount its
- * refusals or answer DNS wrongly for sandboxes whose traffic nftables still confines.
+ *   caller (root) ──fork──> supervisor (uid, no capabilities, one thread forever) ──fork──> worker (same uid)
+ *     binds both ports        holds the two sockets, forks a worker, waits for it,      resolver + relay threads
+ *     first, then forks       replaces it when it ends (100 ms, doubling to 5 s while     on the inherited sockets
+ *     while single-threaded   workers keep dying young), never reads a byte itself
+ *
+ * lb_net_init() forks the supervisor while the caller is still single-threaded (it checks), and the supervisor never
+ * starts a thread, so every worker it forks may use malloc and threads. The caller binds the two ports before the
+ * fork and the supervisor keeps them open, so they never go free while a worker is replaced: a sandbox's query or
+ * connection waits in the socket's queue for the next worker, and no other local program can take the port.
+ *
+ * The supervisor, in order: points stdio at /dev/null and closes every inherited descriptor but its status pipe and
+ * the two sockets; drops supplementary groups, gid and uid (which drops every capability); sets no_new_privs,
+ * non-dumpable (no ptrace, also not by its workers) and parent-death SIGKILL; forks the first worker and reports its
+ * start (or the failed step) on the status pipe. Each worker sets parent-death SIGKILL too, so nothing of the services
+ * outlives the caller.
+ *
+ * What the processes share with the caller are anonymous MAP_SHARED pages: the slot table (the tier, written by the
+ * caller; the refusal counter, written by the services) and the supervisor's status (worker pid, restarts), which
+ * the caller only reports. The caller trusts nothing else from them: it kills only the supervisor, its own child,
+ * never a pid read from shared memory, so a compromised worker can at worst miscount, answer DNS wrongly for
+ * sandboxes whose traffic nftables still confines, or stop the services (which then fail closed).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,13 +35,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
+
+/* Descriptors in the supervisor and its workers. */
+enum { FD_STATUS = 3, FD_RESOLVER = 4, FD_RELAY = 5, FD_FIRST_FREE = 6 };
+
+#define START_TIMEOUT_MS  5000
+#define RESTART_FIRST_MS  100
+#define RESTART_MAX_MS	  5000
+#define LIVED_LONG_ENOUGH 10000 /* ms: a worker that ran this long resets the backoff */
 
 struct status_msg {
 	int code; /* 0 or a negative errno */
@@ -45,49 +70,162 @@ static bool single_threaded(void)
 	return t && strtoul(t + 10, NULL, 10) == 1;
 }
 
-static void report(int fd, int code, const struct lb_error *err)
+static void report(int fd, int code, const char *msg)
 {
 	struct status_msg m = { .code = code };
-	if (err)
-		snprintf(m.msg, sizeof(m.msg), "%s", err->msg);
+	snprintf(m.msg, sizeof(m.msg), "%s", msg ? msg : "");
 	(void)!write(fd, &m, sizeof(m));
 }
 
-/* The child: never returns. */
-static void services_child(struct lb_net *ctx, int status_fd, pid_t parent, uid_t uid, gid_t gid)
+static uint64_t now_ms(void)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Waits up to timeout_ms for one status message on fd: 0 with *m filled, or -ETIMEDOUT. */
+static int read_status(int fd, int timeout_ms, struct status_msg *m)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	if (poll(&pf, 1, timeout_ms) <= 0 || read(fd, m, sizeof(*m)) != (ssize_t)sizeof(*m))
+		return -ETIMEDOUT;
+	m->msg[sizeof(m->msg) - 1] = '\0';
+	return 0;
+}
+
+/* A worker: starts the two services on the supervisor's sockets, reports on fd, then serves until killed. */
+static _Noreturn void worker_main(struct lb_net *ctx, int fd, pid_t supervisor)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != supervisor) {
+		report(fd, -EIO, "the supervisor is gone");
+		_exit(1);
+	}
+	/* Copies of the supervisor's: the services' threads take these, the supervisor keeps its own. */
+	int resolver = fcntl(FD_RESOLVER, F_DUPFD_CLOEXEC, FD_FIRST_FREE);
+	int relay = resolver < 0 ? -1 : fcntl(FD_RELAY, F_DUPFD_CLOEXEC, FD_FIRST_FREE);
+	int e = errno;
+	close(FD_RESOLVER);
+	close(FD_RELAY);
 	struct lb_error err = { 0 };
-	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 || dup2(status_fd, 3) < 0) {
-		report(status_fd, -errno, NULL);
-		_exit(1);
-	}
-	status_fd = 3;
-	lb_close_fds_from(4); /* nothing of lensboxd's (its socket, its store) stays reachable from here */
-	/* Dropping from root to uid/gid: setresuid() to a non-zero uid clears every capability set. */
-	if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) {
-		report(status_fd, -errno, &(struct lb_error){ .msg = "dropping to the services uid" });
-		_exit(1);
-	}
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ||
-	    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
-		report(status_fd, -errno, &(struct lb_error){ .msg = "prctl" });
-		_exit(1);
-	}
-	if (getppid() != parent) /* lensboxd died before PDEATHSIG was set */
-		_exit(1);
-	sigset_t all;
-	sigemptyset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	int r = lb_resolver_start(ctx, &err);
+	int r = resolver < 0 || relay < 0 ? lb_error_set(&err, e, "copying the services' sockets") : 0;
 	if (r == 0)
-		r = lb_relay_start(ctx, &err);
-	report(status_fd, r, &err);
-	close(status_fd);
+		r = lb_resolver_start(ctx, TAKE_FD(resolver), &err);
+	if (r == 0)
+		r = lb_relay_start(ctx, TAKE_FD(relay), &err);
+	if (resolver >= 0)
+		close(resolver);
+	if (relay >= 0)
+		close(relay);
+	report(fd, r, err.msg);
+	close(fd);
 	if (r < 0)
 		_exit(1);
 	for (;;)
 		pause();
+}
+
+/* Forks one worker and waits for its report: its pid, or a negative errno with msg filled (the worker is reaped). */
+static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		snprintf(msg, size, "creating a worker's status pipe");
+		return -errno;
+	}
+	pid_t self = getpid();
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		snprintf(msg, size, "forking a worker");
+		return -e;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		worker_main(ctx, p[1], self);
+	}
+	close(p[1]);
+	struct status_msg m;
+	int r = read_status(p[0], START_TIMEOUT_MS, &m);
+	close(p[0]);
+	if (r == 0 && m.code == 0)
+		return pid;
+	snprintf(msg, size, "%s", r < 0 ? "the worker did not report within 5 s" : m.msg);
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return r < 0 ? r : m.code;
+}
+
+/* The supervisor: never returns, never starts a thread. */
+static _Noreturn void supervisor_main(struct lb_net *ctx, int status_fd, int resolver_fd, int relay_fd, pid_t parent,
+				      uid_t uid, gid_t gid)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	/* Move the three descriptors to 3, 4, 5 (through numbers above every one of them, so none is overwritten). */
+	int hi = FD_FIRST_FREE + 16;
+	int s = fcntl(status_fd, F_DUPFD, hi), a = fcntl(resolver_fd, F_DUPFD, hi), b = fcntl(relay_fd, F_DUPFD, hi);
+	if (null < 0 || s < 0 || a < 0 || b < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
+	    dup2(s, FD_STATUS) < 0 || dup2(a, FD_RESOLVER) < 0 || dup2(b, FD_RELAY) < 0) {
+		report(status_fd, -errno, "setting up the services' descriptors");
+		_exit(1);
+	}
+	lb_close_fds_from(FD_FIRST_FREE); /* nothing of the caller's (its socket, its store) stays reachable */
+	/* Dropping from root to uid/gid: setresuid() to a non-zero uid clears every capability set. */
+	if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) {
+		report(FD_STATUS, -errno, "dropping to the services uid");
+		_exit(1);
+	}
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+		report(FD_STATUS, -errno, "prctl");
+		_exit(1);
+	}
+	if (getppid() != parent) /* the caller died before PDEATHSIG was set */
+		_exit(1);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+
+	struct lb_services_status *st = ctx->services_status;
+	char msg[LB_ERROR_MSG_MAX];
+	pid_t w = start_worker(ctx, msg, sizeof(msg));
+	if (w > 0)
+		atomic_store(&st->worker_pid, w); /* before the report: the caller's health may look at once */
+	report(FD_STATUS, w < 0 ? w : 0, w < 0 ? msg : NULL);
+	close(FD_STATUS);
+	if (w < 0)
+		_exit(1);
+	unsigned delay = RESTART_FIRST_MS;
+	for (;;) {
+		atomic_store(&st->worker_pid, w);
+		uint64_t born = now_ms();
+		int status = 0;
+		while (waitpid(w, &status, 0) < 0 && errno == EINTR)
+			;
+		atomic_store(&st->worker_pid, 0);
+		atomic_store(&st->last_status, status);
+		if (now_ms() - born >= LIVED_LONG_ENOUGH)
+			delay = RESTART_FIRST_MS;
+		/* A worker that dies at once would otherwise be forked in a tight loop. */
+		for (;;) {
+			sleep_ms(delay);
+			delay = delay * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : delay * 2;
+			w = start_worker(ctx, msg, sizeof(msg));
+			atomic_fetch_add(&st->restarts, 1);
+			if (w > 0)
+				break;
+		}
+	}
 }
 
 int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct lb_error *err)
@@ -97,6 +235,18 @@ int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct 
 		    err, EBUSY,
 		    "an isolated services process is forked, so lb_net_init() must run while the process "
 		    "is single-threaded");
+	void *page =
+	    mmap(NULL, sizeof(*ctx->services_status), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		return lb_error_set(err, errno, "mapping the services' status");
+	ctx->services_status = page;
+	/* Bound here, as root, before anything runs as uid: the ports are the services' from now on. */
+	_cleanup_close_ int resolver = lb_service_bind(SOCK_DGRAM, ctx->resolver_port, err);
+	if (resolver < 0)
+		return lb_error_wrap(err, "starting the DNS resolver");
+	_cleanup_close_ int relay = lb_service_bind(SOCK_STREAM, ctx->relay_port, err);
+	if (relay < 0)
+		return lb_error_wrap(err, "starting the packages relay");
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return lb_error_set(err, errno, "creating the services status pipe");
@@ -110,34 +260,63 @@ int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct 
 	}
 	if (pid == 0) {
 		close(p[0]);
-		services_child(ctx, p[1], parent, uid, gid);
+		supervisor_main(ctx, p[1], resolver, relay, parent, uid, gid);
 	}
 	close(p[1]);
 	_cleanup_close_ int rd = p[0];
 	_cleanup_pid_ pid_t child = pid; /* killed and reaped unless it reports success */
-	struct pollfd pf = { .fd = rd, .events = POLLIN };
-	struct status_msg m = { .code = -ETIMEDOUT };
-	if (poll(&pf, 1, 5000) <= 0 || read(rd, &m, sizeof(m)) != (ssize_t)sizeof(m))
-		return lb_error_setx(err, ETIMEDOUT, "the services process did not report within 5 s");
+	struct status_msg m;
+	if (read_status(rd, START_TIMEOUT_MS + 1000, &m) < 0)
+		return lb_error_setx(err, ETIMEDOUT, "the services process did not report within 6 s");
 	if (m.code < 0)
 		return lb_error_setx(err, -m.code, "the services process failed: %s: %s", m.msg, strerror(-m.code));
+	/* A pidfd of our own child: health looks through it without reaping, and the kill at the end cannot reach
+	 * another process. */
+	int pidfd = (int)syscall(SYS_pidfd_open, pid, 0u);
+	if (pidfd < 0)
+		return lb_error_set(err, errno, "pidfd_open of the services process");
+	ctx->services_pidfd = pidfd;
 	ctx->services_pid = TAKE_FD(child);
 	return 0;
 }
 
 void lb_services_kill(struct lb_net *ctx)
 {
+	if (ctx->services_pid > 0) {
+		/* Our own child, reaped only here: the pidfd (and the pid) are still the supervisor's. Its worker
+		 * follows it (parent-death SIGKILL); the pid in the shared status is never used here. */
+		syscall(SYS_pidfd_send_signal, ctx->services_pidfd, SIGKILL, NULL, 0u);
+		while (waitpid(ctx->services_pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		close(ctx->services_pidfd);
+		ctx->services_pid = 0;
+		ctx->services_pidfd = -1;
+	}
+	if (ctx->services_status) {
+		munmap(ctx->services_status, sizeof(*ctx->services_status));
+		ctx->services_status = NULL;
+	}
+}
+
+/* The supervisor has not exited (its pidfd is not readable yet). */
+static bool supervisor_running(struct lb_net *ctx)
+{
 	if (ctx->services_pid <= 0)
-		return;
-	kill(ctx->services_pid, SIGKILL);
-	while (waitpid(ctx->services_pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	ctx->services_pid = 0;
+		return false;
+	struct pollfd pf = { .fd = ctx->services_pidfd, .events = POLLIN };
+	return poll(&pf, 1, 0) == 0;
 }
 
 bool lb_services_alive(struct lb_net *ctx)
 {
-	if (ctx->services_pid <= 0)
-		return false;
-	return waitpid(ctx->services_pid, NULL, WNOHANG) == 0;
+	return supervisor_running(ctx) && atomic_load(&ctx->services_status->worker_pid) > 0;
+}
+
+void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_worker_pid, unsigned *ret_restarts)
+{
+	bool up = ctx->services_pid > 0 && ctx->services_status;
+	*ret_supervised = up && supervisor_running(ctx);
+	int w = up ? atomic_load(&ctx->services_status->worker_pid) : 0;
+	*ret_worker_pid = w > 0 ? (unsigned)w : 0;
+	*ret_restarts = up ? atomic_load(&ctx->services_status->restarts) : 0;
 }

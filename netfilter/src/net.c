@@ -232,6 +232,7 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	if (!ctx)
 		return lb_error_set(err, ENOMEM, "allocating the network context");
 	pthread_mutex_init(&ctx->lock, NULL);
+	ctx->services_pidfd = -1;
 	int r;
 	_cleanup_free_ char *denied = NULL, *names = NULL;
 	ctx->policy_dir = strdup(cfg->policy_dir);
@@ -347,10 +348,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		if (r < 0)
 			goto fail;
 	} else {
-		r = lb_resolver_start(ctx, err);
+		r = lb_resolver_start(ctx, lb_service_bind(SOCK_DGRAM, ctx->resolver_port, err), err);
 		if (r < 0)
 			goto fail;
-		r = lb_relay_start(ctx, err);
+		r = lb_relay_start(ctx, lb_service_bind(SOCK_STREAM, ctx->relay_port, err), err);
 		if (r < 0)
 			goto fail;
 	}
@@ -808,6 +809,12 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	h->services_isolated = ctx->services_uid != 0;
 	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
 	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
+	if (h->services_isolated) {
+		lb_services_state(ctx, &h->services_supervised, &h->services_worker_pid, &h->services_restarts);
+	} else {
+		h->services_supervised = true; /* our own threads: they live as long as we do */
+		h->services_worker_pid = h->services_pid;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	h->flow_offload = ctx->offload && h->table_loaded;
 	snprintf(h->flow_offload_why, sizeof(h->flow_offload_why), "%s",

@@ -85,8 +85,7 @@ void lb_service_free(struct lb_service *s)
 	free(s);
 }
 
-static int service_start(struct lb_net *ctx, int type, uint16_t port, void *(*main_fn)(void *), struct lb_service **ret,
-			 struct lb_error *err)
+int lb_service_bind(int type, uint16_t port, struct lb_error *err)
 {
 	_cleanup_close_ int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -96,10 +95,26 @@ static int service_start(struct lb_net *ctx, int type, uint16_t port, void *(*ma
 	/* Bound to every address but reachable only from sandboxes: base.nft drops this port on other interfaces,
 	 * and each request's source must be an attached sandbox's address. */
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY };
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-		return lb_error_set(err, errno, "binding port %u", port);
+	/* A previous instance's services (killed with it, or by parent-death SIGKILL) may still be exiting: their
+	 * sockets close a moment after they die. Wait up to 3 s for the port, then say who may hold it. */
+	for (int tries = 0; bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0; tries++) {
+		if (errno != EADDRINUSE || tries >= 150)
+			return lb_error_set(
+			    err, errno, "binding port %u%s", port,
+			    errno == EADDRINUSE ? " (another program, or another lensbox instance, holds it)" : "");
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
 	if (type == SOCK_STREAM && listen(fd, 128) < 0)
 		return lb_error_set(err, errno, "listening on port %u", port);
+	return TAKE_FD(fd);
+}
+
+/* Takes fd (a socket from lb_service_bind) whatever happens. */
+static int service_start(struct lb_net *ctx, int fd_in, void *(*main_fn)(void *), struct lb_service **ret,
+			 struct lb_error *err)
+{
+	_cleanup_close_ int fd = fd_in;
 	_cleanup_close_ int stop_fd = eventfd(0, EFD_CLOEXEC);
 	if (stop_fd < 0)
 		return lb_error_set(err, errno, "creating an eventfd");
@@ -316,9 +331,9 @@ static void *resolver_main(void *arg)
 	}
 }
 
-int lb_resolver_start(struct lb_net *ctx, struct lb_error *err)
+int lb_resolver_start(struct lb_net *ctx, int fd, struct lb_error *err)
 {
-	int r = service_start(ctx, SOCK_DGRAM, ctx->resolver_port, resolver_main, &ctx->resolver, err);
+	int r = fd < 0 ? fd : service_start(ctx, fd, resolver_main, &ctx->resolver, err);
 	if (r < 0)
 		return lb_error_wrap(err, "starting the DNS resolver");
 	return 0;
@@ -659,9 +674,9 @@ static void *relay_main(void *arg)
 	}
 }
 
-int lb_relay_start(struct lb_net *ctx, struct lb_error *err)
+int lb_relay_start(struct lb_net *ctx, int fd, struct lb_error *err)
 {
-	int r = service_start(ctx, SOCK_STREAM, ctx->relay_port, relay_main, &ctx->relay, err);
+	int r = fd < 0 ? fd : service_start(ctx, fd, relay_main, &ctx->relay, err);
 	if (r < 0)
 		return lb_error_wrap(err, "starting the packages relay");
 	return 0;

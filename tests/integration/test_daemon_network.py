@@ -72,3 +72,56 @@ def test_networking_off_refuses_networked_tiers():
         assert status == 503 and b["error"]["code"] == "host_unavailable"
         assert "networking = off" in b["error"]["message"]
         assert d.ok_run(d.name("o"), "print(1)")["stdout"] == "1\n"
+
+
+SERVICES_UID = 999999999  # lensboxd's default services_uid
+
+
+def proc_status(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(x) for x in f.read().split()]
+
+
+def test_resolver_and_relay_run_unprivileged_and_are_replaced():
+    """By default the parsers of the sandboxes' DNS, TLS and HTTP bytes are not root: lensboxd forks a supervisor as
+    services_uid, which runs them in a worker of the same uid and replaces it when it dies; both go with lensboxd."""
+    d = Daemon(settings={"networking": "on"})
+    try:
+        assert d.request("GET", "/v1/health")[1]["network"]["services"] == \
+            {"isolated": True, "alive": True, "restarts": 0}
+        sup = [p for p in children(d.proc.pid) if proc_status(p)["Uid"].split()[0] == str(SERVICES_UID)]
+        assert len(sup) == 1, children(d.proc.pid)
+        workers = children(sup[0])
+        assert len(workers) == 1, workers
+        for pid in (sup[0], workers[0]):
+            st = proc_status(pid)
+            assert st["Uid"].split() == [str(SERVICES_UID)] * 4 and st["Gid"].split() == [str(SERVICES_UID)] * 4, st
+            assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and st["NoNewPrivs"] == "1", st
+            with open(f"/proc/{pid}/cgroup") as f:  # lensboxd's own cgroup, not a sandbox's
+                assert "lensbox/" not in f.read()
+        os.kill(workers[0], 9)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            services = d.request("GET", "/v1/health")[1]["network"]["services"]
+            if services["restarts"] == 1 and services["alive"]:
+                break
+            time.sleep(0.05)
+        assert services == {"isolated": True, "alive": True, "restarts": 1}, services
+        assert children(sup[0]) not in ([], workers)
+        deadline = time.monotonic() + 5  # the timer looks every 2 s
+        while "was replaced" not in d.read_log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "the resolver and relay's worker process ended and was replaced" in d.read_log()
+        pids = [sup[0]] + children(sup[0])
+        assert d.stop() == 0
+        deadline = time.monotonic() + 5
+        while any(os.path.exists(f"/proc/{p}") and proc_status(p)["State"][0] != "Z" for p in pids):
+            assert time.monotonic() < deadline, [proc_status(p) for p in pids if os.path.exists(f"/proc/{p}")]
+            time.sleep(0.05)
+    finally:
+        d.cleanup()

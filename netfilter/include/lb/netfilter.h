@@ -45,9 +45,10 @@ struct lb_net_config {
 	const char *const *extra_package_names; /* added to packages.list; may be NULL */
 	bool skip_npm_lookup; /* false (the default): add the host of `npm config get registry` when npm is installed */
 	uint32_t connect_timeout_ms; /* relay to upstream and DNS upstream wait; 0: 3000 */
-	uint32_t services_uid; /* non-zero: run the resolver and relay in a forked process as this uid (and gid), with
-				  no capabilities; lb_net_init() must then be called while single-threaded. 0: they
-				  run as threads of the caller */
+	uint32_t services_uid; /* non-zero: run the resolver and relay as this uid (and gid), with no capabilities, in
+				  a worker process that a supervisor process of the same uid replaces when it ends;
+				  lb_net_init() must then be called while single-threaded. 0: they run as threads of
+				  the caller */
 	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
 				  kernel's classic size (the relay then splices instead of copying) */
 	bool no_flow_offload;  /* false (the default): `web` sandboxes' established connections take the flowtable
@@ -69,12 +70,17 @@ struct lb_net_health {
 	unsigned sandboxes; /* attached sandboxes */
 	char dns_upstream[32];
 	unsigned n_package_names;
-	char npm_registry[128]; /* the npm registry host added from npm's configuration; empty when none */
-	bool services_isolated; /* the resolver and relay run in their own unprivileged process ... */
-	bool services_alive;	/* ... which is still running (false after a crash: DNS and relay are down) */
-	unsigned services_pid;
-	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
-	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
+	char npm_registry[128];	      /* the npm registry host added from npm's configuration; empty when none */
+	bool services_isolated;	      /* the resolver and relay run in unprivileged processes of their own ... */
+	bool services_alive;	      /* ... a worker serves (false while one is replaced, or for good once the
+					 supervisor is gone: DNS and the relay are then refused) */
+	bool services_supervised;     /* isolated: the supervisor runs, so a worker that ends is replaced; false for
+					 good once it is gone (lb_net_free and lb_net_init again bring them back) */
+	unsigned services_pid;	      /* the supervisor (isolated) or the caller */
+	unsigned services_worker_pid; /* the worker serving now (isolated; 0 while it is replaced) or the caller */
+	unsigned services_restarts;   /* workers started after the first (a worker ended: crashed or killed) */
+	bool flow_offload;	      /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
+	char flow_offload_why[160];   /* when not: why (the kernel's refusal, "no uplink", "turned off") */
 };
 
 /* What lb_net_attach() built. */

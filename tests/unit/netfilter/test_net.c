@@ -5,6 +5,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -181,6 +184,45 @@ static void off_tier_and_resolv_conf(void **state)
 	lb_net_free(net);
 }
 
+static char *proc_status(unsigned pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%u/status", pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char *status = calloc(1, 8192);
+	assert_non_null(status);
+	assert_true(fread(status, 1, 8191, f) > 0);
+	fclose(f);
+	return status;
+}
+
+/* The process has exited: no such pid, or a zombie nobody has reaped yet. */
+static bool gone(unsigned pid)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return true;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *end = strrchr(buf, ')'); /* the state follows the command name, which may hold anything */
+	return end && end[1] == ' ' && end[2] == 'Z';
+}
+
+/* 0 when this process can bind 0.0.0.0:port itself (the socket is closed again), else -errno. */
+static int bind_port(int type, uint16_t port)
+{
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY };
+	int r = bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ? -errno : 0;
+	close(fd);
+	return r;
+}
+
 static void isolated_services(void **state)
 {
 	(void)state;
@@ -199,23 +241,61 @@ static void isolated_services(void **state)
 	lb_net_health(net, &h);
 	assert_true(h.services_isolated);
 	assert_true(h.services_alive);
+	assert_true(h.services_supervised);
 	assert_int_not_equal(h.services_pid, (unsigned)getpid());
-	char path[64], *status = NULL;
-	snprintf(path, sizeof(path), "/proc/%u/status", h.services_pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	status = calloc(1, 8192);
-	assert_true(fread(status, 1, 8191, f) > 0);
-	fclose(f);
-	assert_non_null(strstr(status, "\nUid:\t65534\t65534\t65534\t65534\n"));
-	assert_non_null(strstr(status, "\nCapEff:\t0000000000000000\n"));
-	free(status);
+	assert_int_not_equal(h.services_worker_pid, 0);
+	assert_int_not_equal(h.services_worker_pid, h.services_pid);
+	assert_int_equal(h.services_restarts, 0);
+	/* Both the supervisor and its worker: uid 65534 everywhere, no capability, the worker the supervisor's child.
+	 */
+	unsigned pids[2] = { h.services_pid, h.services_worker_pid };
+	for (size_t i = 0; i < 2; i++) {
+		char *status = proc_status(pids[i]);
+		assert_non_null(strstr(status, "\nUid:\t65534\t65534\t65534\t65534\n"));
+		assert_non_null(strstr(status, "\nGid:\t65534\t65534\t65534\t65534\n"));
+		assert_non_null(strstr(status, "\nCapEff:\t0000000000000000\n"));
+		assert_non_null(strstr(status, "\nCapPrm:\t0000000000000000\n"));
+		assert_non_null(strstr(status, "\nNoNewPrivs:\t1\n"));
+		char ppid[32];
+		snprintf(ppid, sizeof(ppid), "\nPPid:\t%u\n", i == 0 ? (unsigned)getpid() : h.services_pid);
+		assert_non_null(strstr(status, ppid));
+		free(status);
+	}
 	assert_int_equal(lb_net_attach(net, "iso", sandbox_fd, "web", NULL, &err), 0);
 	assert_int_equal(lb_net_detach(net, "iso", &err), 0);
-	unsigned pid = h.services_pid;
+
+	/* A worker that dies is replaced, and the ports stay taken meanwhile (the supervisor holds the sockets). */
+	unsigned supervisor = h.services_pid, worker = h.services_worker_pid;
+	assert_int_equal(kill((pid_t)worker, SIGKILL), 0);
+	assert_int_equal(bind_port(SOCK_DGRAM, 20053), -EADDRINUSE);
+	assert_int_equal(bind_port(SOCK_STREAM, 20080), -EADDRINUSE);
+	for (int i = 0; i < 300; i++) { /* the first replacement comes after 100 ms */
+		lb_net_health(net, &h);
+		if (h.services_alive && h.services_worker_pid != worker)
+			break;
+		usleep(10000);
+	}
+	assert_true(h.services_alive);
+	assert_int_equal(h.services_pid, supervisor);
+	assert_int_not_equal(h.services_worker_pid, 0);
+	assert_int_not_equal(h.services_worker_pid, worker);
+	assert_int_equal(h.services_restarts, 1);
+	assert_int_equal(kill((pid_t)worker, 0), -1); /* reaped by the supervisor */
+	worker = h.services_worker_pid;
+
+	assert_true(h.services_supervised);
+
 	assert_int_equal(lb_net_unload(net, &err), 0);
 	lb_net_free(net);
-	assert_int_equal(kill((pid_t)pid, 0), -1); /* killed and reaped with the context */
+	assert_int_equal(kill((pid_t)supervisor, 0), -1); /* killed and reaped with the context */
+	for (int i = 0; i < 200 && !gone(worker); i++)
+		usleep(10000); /* parent-death SIGKILL (reaping is then init's) */
+	assert_true(gone(worker));
+	/* The ports are free again (a dead process's last close may be finished by a kernel worker a moment later). */
+	for (int i = 0; i < 200 && (bind_port(SOCK_DGRAM, 20053) < 0 || bind_port(SOCK_STREAM, 20080) < 0); i++)
+		usleep(10000);
+	assert_int_equal(bind_port(SOCK_DGRAM, 20053), 0);
+	assert_int_equal(bind_port(SOCK_STREAM, 20080), 0);
 }
 
 static void bad_config_is_refused(void **state)

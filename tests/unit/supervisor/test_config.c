@@ -30,7 +30,25 @@ static void defaults_are_the_documented_ones(void **state)
 	assert_int_equal(c.default_output_limit, 10000);
 	assert_int_equal(c.max_running, 16);
 	assert_int_equal(c.n_allowed_uids, 0);
+	assert_int_equal(c.services_uid, 999999999); /* the resolver and relay are not root by default */
 	assert_int_equal(lbd_config_validate(&c, NULL), 0);
+}
+
+static void services_uid_stays_out_of_the_sandboxes_range(void **state)
+{
+	(void)state;
+	struct lbd_config c;
+	lbd_config_defaults(&c);
+	struct lb_error err = { 0 };
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000000000", &err), 0); /* uid_range_start itself */
+	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
+	assert_non_null(strstr(err.msg, "services_uid 1000000000 lies in the sandboxes' uid range"));
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000065535", &err), 0); /* the range's last uid */
+	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000065536", &err), 0); /* just past it */
+	assert_int_equal(lbd_config_validate(&c, &err), 0);
+	assert_int_equal(lbd_config_set(&c, "services_uid", "0", &err), 0); /* lensboxd's own threads */
+	assert_int_equal(lbd_config_validate(&c, &err), 0);
 }
 
 static void every_key_parses_its_default_and_is_documented(void **state)
@@ -165,6 +183,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(defaults_are_the_documented_ones),
 		cmocka_unit_test(every_key_parses_its_default_and_is_documented),
+		cmocka_unit_test(services_uid_stays_out_of_the_sandboxes_range),
 		cmocka_unit_test(durations_accept_units_and_plain_numbers),
 		cmocka_unit_test(ledger_retention_keys),
 		cmocka_unit_test(bad_values_are_refused_with_their_range),
