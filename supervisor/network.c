@@ -105,11 +105,26 @@ void lbd_network_verify(struct lbd *d)
 	if (!d->net)
 		return;
 	check_services(d);
-	unsigned repaired = 0;
-	struct lb_error err = { 0 };
+	unsigned repaired = 0, added = 0;
+	struct lb_error err = { 0 }, uerr = { 0 };
 	pthread_mutex_lock(&d->net_mu);
+	/* The default route moved to another interface (a second link, a VPN that came back): web's replies arrive
+	 * there, so it needs forwarding (and the fast path) as the first uplink got at start. */
+	int ur = lb_net_follow_uplinks(d->net, &added, &uerr);
 	int r = lb_net_verify(d->net, &repaired, &err);
 	pthread_mutex_unlock(&d->net_mu);
+	if (ur < 0)
+		lb_error(NULL,
+			 "following the default route to a new uplink failed (web sandboxes may not reach out "
+			 "through it): %s",
+			 uerr.msg);
+	if (added > 0) {
+		struct lb_net_health h = { 0 };
+		lb_net_health(d->net, &h);
+		char f[300];
+		snprintf(f, sizeof(f), "uplinks=\"%s\"", h.uplinks);
+		lb_info(f, "a new uplink carries the default route: forwarding turned on for it");
+	}
 	if (r < 0) {
 		lb_error(NULL, "verifying lensbox's nftables table failed (affected sandboxes stay offline): %s",
 			 err.msg);

@@ -28,6 +28,14 @@ struct lb_slot {
 	unsigned relay_conns;
 };
 
+#define LB_NET_MAX_UPLINKS 16
+
+/* An interface that carries a default route of the main table (sandboxes' traffic leaves by it). */
+struct lb_uplink {
+	int ifindex;
+	char name[16];
+};
+
 struct lb_service; /* a running resolver or relay */
 
 /* Shared with the isolated services process (isolate.c): written by the parent, read by the services ... */
@@ -62,7 +70,10 @@ struct lb_net {
 	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
 	char *offload_template; /* offload.nft; NULL when cfg->no_flow_offload */
-	char uplinks[64];	/* interfaces whose forwarding lb_net_init() turned on */
+	char uplinks[256];	/* names of the uplinks lensbox configured (forwarding on, flowtable device),
+				   space-separated;      under lock */
+	struct lb_uplink uplink[LB_NET_MAX_UPLINKS]; /* the same, with the ifindex each was configured at */
+	size_t n_uplinks;
 	bool offload;		/* the flowtable is part of the table: web sandboxes' veths join it. Written at
 				   init and by verify (under lock); read under lock */
 	char offload_why[160];	/* why not, when !offload */
@@ -118,9 +129,10 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t add
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_down(const char *host_ifname, struct lb_error *err);
-/* Turns IPv4 forwarding on for the interfaces of the main table's default routes; their names go into names,
- * separated by one space (the uplinks: offload.nft's flowtable holds the same devices). */
-int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err);
+/* The uplinks now, each once (at most max; -ENOSPC past that); the sandboxes' own veths never count. */
+int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, struct lb_error *err);
+/* Turns IPv4 forwarding on for ifname (net.ipv4.conf.<ifname>.forwarding). */
+int lb_veth_enable_forwarding(const char *ifname, struct lb_error *err);
 /* Calls fn for each host-side veth named LB_NET_IFPREFIX<N> with its slot and alias (may be ""). */
 int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void *data, struct lb_error *err);
 

@@ -183,7 +183,11 @@ static void load_offload(struct lb_net *ctx)
 		snprintf(why, sizeof(why), "turned off in the configuration (no_flow_offload)");
 		goto done;
 	}
-	if (!ctx->uplinks[0]) {
+	char list[sizeof(ctx->uplinks)];
+	pthread_mutex_lock(&ctx->lock);
+	memcpy(list, ctx->uplinks, sizeof(list));
+	pthread_mutex_unlock(&ctx->lock);
+	if (!list[0]) {
 		snprintf(why, sizeof(why), "no uplink: the host has no default route");
 		goto done;
 	}
@@ -193,8 +197,6 @@ static void load_offload(struct lb_net *ctx)
 		snprintf(why, sizeof(why), "out of memory");
 		goto done;
 	}
-	char list[sizeof(ctx->uplinks)];
-	memcpy(list, ctx->uplinks, sizeof(list));
 	char *save = NULL;
 	for (char *dev = strtok_r(list, " ", &save); dev; dev = strtok_r(NULL, " ", &save))
 		fprintf(f, "%s\"%s\"", ftell(f) ? ", " : "", dev);
@@ -224,6 +226,56 @@ static void mark_existing(unsigned slot, const char *alias, void *data)
 	const char *name = strncmp(alias, "lensbox:", 8) == 0 ? alias + 8 : "";
 	snprintf(ctx->slots[slot].name, sizeof(ctx->slots[slot].name), "%s", name);
 	ctx->slots[slot].tier = LB_TIER_OFF; /* unknown until re-attached; services refuse it meanwhile */
+}
+
+int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_error *err)
+{
+	if (ret_added)
+		*ret_added = 0;
+	struct lb_uplink now[LB_NET_MAX_UPLINKS];
+	size_t n = 0;
+	int r = lb_veth_default_route_devices(now, LB_NET_MAX_UPLINKS, &n, err);
+	if (r < 0)
+		return lb_error_wrap(err, "finding the uplinks");
+	for (size_t i = 0; i < n; i++) {
+		/* Known by name and ifindex: configured before. A name at a new ifindex is a new device (a VPN or PPP
+		 * link that came back): the kernel gave it the default forwarding and dropped the old one's hook. */
+		pthread_mutex_lock(&ctx->lock);
+		size_t k = 0;
+		while (k < ctx->n_uplinks && strcmp(ctx->uplink[k].name, now[i].name) != 0)
+			k++;
+		bool known = k < ctx->n_uplinks && ctx->uplink[k].ifindex == now[i].ifindex;
+		bool offload = ctx->offload;
+		pthread_mutex_unlock(&ctx->lock);
+		if (known)
+			continue;
+		if (k == LB_NET_MAX_UPLINKS)
+			return lb_error_setx(err, ENOSPC, "more than %d uplinks", LB_NET_MAX_UPLINKS);
+		r = lb_veth_enable_forwarding(now[i].name, err);
+		if (r < 0)
+			return lb_error_wrap(err, "enabling forwarding on the uplink %s", now[i].name);
+		pthread_mutex_lock(&ctx->lock);
+		ctx->uplink[k] = now[i];
+		if (k == ctx->n_uplinks) {
+			ctx->n_uplinks++;
+			size_t used = strlen(ctx->uplinks);
+			snprintf(ctx->uplinks + used, sizeof(ctx->uplinks) - used, "%s%s", used ? " " : "",
+				 now[i].name);
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (ret_added)
+			(*ret_added)++;
+		if (!offload)
+			continue; /* at init, before the flowtable: load_offload() takes ctx->uplinks */
+		/* Only speed depends on the flowtable: a refusal is reported, the uplink stays configured. */
+		_cleanup_free_ char *cmd = NULL;
+		r = lb_nft_flowtable_device_cmd(true, now[i].name, &cmd, err);
+		if (r == 0)
+			r = lb_nft_run(cmd, NULL, err);
+		if (r < 0)
+			return lb_error_wrap(err, "adding the uplink %s to the flowtable", now[i].name);
+	}
+	return 0;
 }
 
 int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err)
@@ -333,12 +385,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	r = load_base(ctx, err);
 	if (r < 0)
 		goto fail;
-	r = lb_veth_enable_uplink_forwarding(ctx->uplinks, sizeof(ctx->uplinks), err);
-	if (r < 0) {
-		lb_error_wrap(err, "enabling forwarding on the uplink");
+	r = lb_net_follow_uplinks(ctx, NULL, err); /* before the flowtable exists: its first devices are these */
+	if (r < 0)
 		goto fail;
-	}
-	load_offload(ctx); /* after the uplinks are known: they are the flowtable's first devices */
+	load_offload(ctx);
 	r = lb_veth_list(mark_existing, ctx, err);
 	if (r < 0)
 		goto fail;
@@ -804,7 +854,9 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	inet_ntop(AF_INET, &ctx->upstream.sin_addr, a, sizeof(a));
 	snprintf(h->dns_upstream, sizeof(h->dns_upstream), "%s:%u", a, ntohs(ctx->upstream.sin_port));
 	h->n_package_names = (unsigned)ctx->packages.n;
+	pthread_mutex_lock(&ctx->lock);
 	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
+	pthread_mutex_unlock(&ctx->lock);
 	snprintf(h->npm_registry, sizeof(h->npm_registry), "%s", ctx->npm_registry);
 	h->services_isolated = ctx->services_uid != 0;
 	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;

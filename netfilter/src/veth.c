@@ -404,8 +404,9 @@ int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void 
 	return 0;
 }
 
-int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *err)
+int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, struct lb_error *err)
 {
+	*ret_n = 0;
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;
 	int r = open_sock(&sock, err);
 	if (r < 0)
@@ -418,8 +419,6 @@ int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *
 	r = rtnl_link_alloc_cache(sock, AF_UNSPEC, &links);
 	if (r < 0)
 		return lb_error_setx(err, nl_errno(r), "listing links: %s", nl_geterror(r));
-	if (size)
-		names[0] = '\0';
 	for (struct nl_object *o = nl_cache_get_first(routes); o; o = nl_cache_get_next(o)) {
 		struct rtnl_route *rt = (struct rtnl_route *)o;
 		struct nl_addr *dst = rtnl_route_get_dst(rt);
@@ -427,23 +426,33 @@ int lb_veth_enable_uplink_forwarding(char *names, size_t size, struct lb_error *
 			continue;
 		for (int i = 0; i < rtnl_route_get_nnexthops(rt); i++) {
 			struct rtnl_nexthop *nh = rtnl_route_nexthop_n(rt, i);
+			int ifindex = rtnl_route_nh_get_ifindex(nh);
 			char ifname[IFNAMSIZ];
-			if (!rtnl_link_i2name(links, rtnl_route_nh_get_ifindex(nh), ifname, sizeof(ifname)))
+			if (!rtnl_link_i2name(links, ifindex, ifname, sizeof(ifname)))
 				continue;
 			if (strncmp(ifname, LB_NET_IFPREFIX, strlen(LB_NET_IFPREFIX)) == 0)
 				continue;
-			char path[128];
-			snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", ifname);
-			/* Replies to sandboxes arrive on the uplink, and IPv4 checks forwarding on the way in.
-			 * Forwarding into a sandbox is limited to those replies by the through_host chain of base.nft.
-			 */
-			r = write_sysctl(path, "1", err);
-			if (r < 0)
-				return r;
-			size_t used = strlen(names);
-			if (used + strlen(ifname) + 2 < size)
-				snprintf(names + used, size - used, "%s%s", used ? " " : "", ifname);
+			bool seen = false;
+			for (size_t k = 0; k < *ret_n; k++)
+				seen = seen || ret[k].ifindex == ifindex;
+			if (seen)
+				continue;
+			if (*ret_n == max)
+				return lb_error_setx(err, ENOSPC, "more than %zu interfaces carry a default route",
+						     max);
+			ret[*ret_n].ifindex = ifindex;
+			memcpy(ret[*ret_n].name, ifname, sizeof(ifname));
+			(*ret_n)++;
 		}
 	}
 	return 0;
+}
+
+int lb_veth_enable_forwarding(const char *ifname, struct lb_error *err)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", ifname);
+	/* Replies to sandboxes arrive on the uplink, and IPv4 checks forwarding on the way in. Forwarding into a
+	 * sandbox is limited to those replies by the through_host chain of base.nft. */
+	return write_sysctl(path, "1", err);
 }

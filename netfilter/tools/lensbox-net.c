@@ -11,6 +11,7 @@
  *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=.. ... offload=0|1
  *                                   offload_why="..." (the flowtable of offload.nft, and why it is off)
  *   verify                          ok REPAIRED   (reloads what another tool flushed)
+ *   uplinks                         ok ADDED      (follows the default route to a new interface)
  *   unload | quit
  * `npm-registry` prints the npm registry host lensboxd would add to packages.list.
  *
@@ -241,6 +242,11 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		if (lb_net_verify(ctx, &repaired, &err) < 0)
 			return reply_err("verify", &err);
 		printf("ok %u\n", repaired);
+	} else if (strcmp(cmd, "uplinks") == 0 && n == 1) {
+		unsigned added;
+		if (lb_net_follow_uplinks(ctx, &added, &err) < 0)
+			return reply_err("uplinks", &err);
+		printf("ok %u\n", added);
 	} else if (strcmp(cmd, "health") == 0 && n == 1) {
 		struct lb_net_health h;
 		lb_net_health(ctx, &h);

@@ -7,6 +7,7 @@ the world's DNS server as its upstream. Each run's program is the in-sandbox pro
 import json
 import os
 import sys
+import time
 
 import pytest
 
@@ -127,3 +128,21 @@ def test_health_names_a_foreign_forward_drop(env):
         assert results(run)[0].get("error") == "TIMEOUT", run
     finally:
         nw.sh("nft", "delete", "table", "ip", "filter", ns=w.host)
+
+
+def test_lensboxd_follows_the_default_route_to_a_new_uplink(env):
+    """The host's default route moves to a second link: lensboxd's timer turns forwarding on there (and logs it), so
+    `web` runs keep reaching out; without it, replies arriving on the new link would be dropped."""
+    w, d = env
+    w.add_second_uplink()
+    w.move_default_route(nw.INET_GW2_IP, "up1")
+    try:
+        deadline = time.monotonic() + 10  # the timer looks every 2 s
+        while "a new uplink carries the default route" not in d.read_log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 'uplinks="up0 up1"' in d.read_log(), d.read_log()[-2000:]
+        run = d.ok_run(d.name("web"), program(w, [{"op": "http", "host": nw.SITE, "port": 443, "tls": True,
+                                                   "sni": nw.SITE, "ca": "/tmp/ca.pem"}]), sandbox={"network": "web"})
+        assert results(run)[0]["ok"], run
+    finally:
+        w.move_default_route(nw.INET_GW_IP, "up0")

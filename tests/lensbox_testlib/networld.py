@@ -25,6 +25,8 @@ SITE_IP = "11.2.0.20"
 DNS_IP = "11.2.0.53"
 HOST_UPLINK_IP = "11.1.0.1"
 INET_GW_IP = "11.1.0.2"
+HOST_UPLINK2_IP = "11.3.0.1"  # add_second_uplink(): up1, the host's second way to the "internet"
+INET_GW2_IP = "11.3.0.2"
 HOST_LAN_IP = "10.1.0.1"
 LAN_IP = "10.1.0.10"
 METADATA_IP = "169.254.169.254"
@@ -89,6 +91,7 @@ class World:
         self.procs = []
         self.tmp = tempfile.mkdtemp(prefix="lensbox-networld-")
         self.ctl = None
+        self.host_ifaces, self.inet_ifaces = {"lo", "up0", "lan0"}, {"lo", "eth0"}
         try:
             self._build()
         except BaseException:
@@ -137,7 +140,7 @@ class World:
         links = json.loads(sh("ip", "-j", "link", "show", ns=self.host).stdout)
         for link in links:
             name = link["ifname"]
-            assert name in ("lo", "up0", "lan0") or name.startswith("lbh"), f"unexpected interface {name}"
+            assert name in self.host_ifaces or name.startswith("lbh"), f"unexpected interface {name}"
             if name != "lo":
                 assert link.get("link_netnsid") is not None, f"{name} is not a veth into another namespace"
         # every route of the host namespace goes through one of this world's veths
@@ -145,10 +148,26 @@ class World:
             routes = json.loads(sh("ip", "-j", fam, "route", "show", "table", "all", ns=self.host).stdout or "[]")
             for r in routes:
                 dev = r.get("dev", "lo")
-                assert dev in ("lo", "up0", "lan0") or dev.startswith("lbh"), f"route {r} leaves the world"
-        for ns in (self.inet, self.lan):
+                assert dev in self.host_ifaces or dev.startswith("lbh"), f"route {r} leaves the world"
+        for ns, allowed in ((self.inet, self.inet_ifaces), (self.lan, {"lo", "eth0"})):
             for link in json.loads(sh("ip", "-j", "link", "show", ns=ns).stdout):
-                assert link["ifname"] in ("lo", "eth0"), f"unexpected interface {link['ifname']} in {ns}"
+                assert link["ifname"] in allowed, f"unexpected interface {link['ifname']} in {ns}"
+
+    def add_second_uplink(self):
+        """A second veth from the host to the "internet" (up1 11.3.0.1/24 -- eth1 11.3.0.2/24), with no route through
+        it yet: move_default_route() puts the default route there, as when a host's link changes."""
+        self.host_ifaces.add("up1")
+        self.inet_ifaces.add("eth1")
+        sh("ip", "link", "add", "up1", "type", "veth", "peer", "name", "eth1", "netns", self.inet, ns=self.host)
+        sh("ip", "addr", "add", f"{HOST_UPLINK2_IP}/24", "dev", "up1", ns=self.host)
+        sh("ip", "link", "set", "up1", "up", ns=self.host)
+        sh("ip", "addr", "add", f"{INET_GW2_IP}/24", "dev", "eth1", ns=self.inet)
+        sh("ip", "link", "set", "eth1", "up", ns=self.inet)
+        self.assert_sealed()
+
+    def move_default_route(self, via, dev):
+        sh("ip", "route", "replace", "default", "via", via, "dev", dev, ns=self.host)
+        self.assert_sealed()
 
     def _certs(self):
         d = self.tmp

@@ -66,7 +66,7 @@ struct lb_net_health {
 	bool foreign_input_drop;   /* the same on the input hook (ufw's default): blocks the resolver and the relay */
 	char foreign_input[128];
 	bool ip_forward;    /* net.ipv4.ip_forward (all interfaces) */
-	char uplinks[64];   /* interfaces lensbox turned forwarding on for (default routes' devices) */
+	char uplinks[256];  /* interfaces lensbox turned forwarding on for (default routes' devices, now or earlier) */
 	unsigned sandboxes; /* attached sandboxes */
 	char dns_upstream[32];
 	unsigned n_package_names;
@@ -110,6 +110,12 @@ void lb_net_free(struct lb_net *ctx);
  * sandboxes' host-side veths are set down, so they fail closed, not open. *ret_repaired (may be NULL) counts what was
  * reloaded (0: all was in place). lensboxd calls it from its timer. */
 int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err);
+
+/* Follows the default route: an interface that carries one and was not configured yet (a new uplink, or one that came
+ * back as a new device) gets IPv4 forwarding on and joins the flowtable, as lb_net_init() does for the uplinks it
+ * finds. Interfaces that no longer carry one stay configured. *ret_added (may be NULL) counts the new ones. lensboxd
+ * calls it from its timer, before lb_net_verify(); it is not thread-safe against itself. */
+int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_error *err);
 
 /* Removes every sandbox's veth and the whole `inet lensbox` table. */
 int lb_net_unload(struct lb_net *ctx, struct lb_error *err);
