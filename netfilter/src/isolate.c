@@ -133,30 +133,40 @@ static _Noreturn void worker_main(struct lb_net *ctx, int fd, pid_t supervisor)
 }
 
 /* Forks one worker and waits for its report: its pid, or a negative errno with msg filled (the worker is reaped). */
-static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
+/* fork() with a status pipe: the child gets 0 and the pipe's write end in *ret_wr, the parent the child's pid and
+ * the read end in *ret_rd; -errno (nothing left open) when the pipe or the fork fails. */
+static pid_t fork_reporting(int *ret_rd, int *ret_wr)
 {
 	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		snprintf(msg, size, "creating a worker's status pipe");
+	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
-	}
-	pid_t self = getpid();
 	pid_t pid = fork();
 	if (pid < 0) {
 		int e = errno;
 		close(p[0]);
 		close(p[1]);
-		snprintf(msg, size, "forking a worker");
 		return -e;
 	}
-	if (pid == 0) {
-		close(p[0]);
-		worker_main(ctx, p[1], self);
+	close(p[pid == 0 ? 0 : 1]);
+	*ret_rd = pid == 0 ? -1 : p[0];
+	*ret_wr = pid == 0 ? p[1] : -1;
+	return pid;
+}
+
+static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
+{
+	pid_t self = getpid();
+	int rd, wr;
+	pid_t pid = fork_reporting(&rd, &wr);
+	if (pid < 0) {
+		snprintf(msg, size, "forking a worker");
+		return pid;
 	}
-	close(p[1]);
+	if (pid == 0)
+		worker_main(ctx, wr, self);
 	struct status_msg m;
-	int r = read_status(p[0], START_TIMEOUT_MS, &m);
-	close(p[0]);
+	int r = read_status(rd, START_TIMEOUT_MS, &m);
+	close(rd);
 	if (r == 0 && m.code == 0)
 		return pid;
 	snprintf(msg, size, "%s", r < 0 ? "the worker did not report within 5 s" : m.msg);
@@ -247,23 +257,14 @@ int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct 
 	_cleanup_close_ int relay = lb_service_bind(SOCK_STREAM, ctx->relay_port, err);
 	if (relay < 0)
 		return lb_error_wrap(err, "starting the packages relay");
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return lb_error_set(err, errno, "creating the services status pipe");
 	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(p[0]);
-		close(p[1]);
-		return lb_error_set(err, e, "forking the services process");
-	}
-	if (pid == 0) {
-		close(p[0]);
-		supervisor_main(ctx, p[1], resolver, relay, parent, uid, gid);
-	}
-	close(p[1]);
-	_cleanup_close_ int rd = p[0];
+	int rd_fd, wr;
+	pid_t pid = fork_reporting(&rd_fd, &wr);
+	if (pid < 0)
+		return lb_error_set(err, -pid, "forking the services process");
+	if (pid == 0)
+		supervisor_main(ctx, wr, resolver, relay, parent, uid, gid);
+	_cleanup_close_ int rd = rd_fd;
 	_cleanup_pid_ pid_t child = pid; /* killed and reaped unless it reports success */
 	struct status_msg m;
 	if (read_status(rd, START_TIMEOUT_MS + 1000, &m) < 0)

@@ -21,14 +21,11 @@ UID = 65534
 
 @pytest.fixture(scope="module")
 def world():
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox(extra_args=("--services-uid", str(UID)))
         w.pkg = w.add_sandbox("isopkg", "packages")
         w.web = w.add_sandbox("isoweb", "web")
         yield w
-    finally:
-        w.close()
 
 
 def health(world):

@@ -20,12 +20,9 @@ from lensbox_testlib import networld as nw  # noqa: E402
 
 @pytest.fixture
 def world():
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox()
         yield w
-    finally:
-        w.close()
 
 
 def table(world):

@@ -16,13 +16,10 @@ from lensbox_testlib import networld as nw  # noqa: E402
 
 @pytest.fixture(scope="module")
 def world():
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox()
         w.sb = w.add_sandbox("pkg", "packages")
         yield w
-    finally:
-        w.close()
 
 
 def refused(world, expect, **args):

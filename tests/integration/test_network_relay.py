@@ -44,14 +44,11 @@ def kernel_has_ipv4_big_tcp():
 
 @pytest.fixture(scope="module", params=["default", "65536"])
 def world(request):
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox(() if request.param == "default" else ("--veth-gso-max", request.param))
         w.sb = w.add_sandbox("pkg", "packages")
         w.mode = request.param
         yield w
-    finally:
-        w.close()
 
 
 def test_world_is_sealed(world):

@@ -16,13 +16,10 @@ from lensbox_testlib import netflow, networld as nw  # noqa: E402
 
 @pytest.fixture(scope="module")
 def world():
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox()
         w.web = w.add_sandbox("upweb", "web")
         yield w
-    finally:
-        w.close()
 
 
 def health(world):

@@ -16,16 +16,13 @@ from lensbox_testlib import networld as nw  # noqa: E402
 
 @pytest.fixture(scope="module")
 def world():
-    w = nw.World()
-    try:
+    with nw.World() as w:
         w.start_lensbox()
         w.a = w.add_sandbox("weba", "web")
         w.b = w.add_sandbox("webb", "web")
         # a listener inside sandbox b, so that a refusal from a proves the rule
         w.spawn(w.b["ns"], "http", {"site": "sandbox-b", "listen": [[w.b["addr"], 80, False]]})
         yield w
-    finally:
-        w.close()
 
 
 def refused(world, sb, expect, **args):

@@ -98,6 +98,12 @@ class World:
             self.close()
             raise
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # ---- construction
 
     def _build(self):
