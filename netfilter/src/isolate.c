@@ -156,7 +156,7 @@ static pid_t fork_reporting(int *ret_rd, int *ret_wr)
 static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
 {
 	pid_t self = getpid();
-	int rd, wr;
+	int rd = -1, wr = -1;
 	pid_t pid = fork_reporting(&rd, &wr);
 	if (pid < 0) {
 		snprintf(msg, size, "forking a worker");
@@ -258,7 +258,7 @@ int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct 
 	if (relay < 0)
 		return lb_error_wrap(err, "starting the packages relay");
 	pid_t parent = getpid();
-	int rd_fd, wr;
+	int rd_fd = -1, wr = -1;
 	pid_t pid = fork_reporting(&rd_fd, &wr);
 	if (pid < 0)
 		return lb_error_set(err, -pid, "forking the services process");

@@ -102,7 +102,7 @@ int lb_service_bind(int type, uint16_t port, struct lb_error *err)
 			return lb_error_set(
 			    err, errno, "binding port %u%s", port,
 			    errno == EADDRINUSE ? " (another program, or another lensbox instance, holds it)" : "");
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		struct timespec ts = { 0, 20L * 1000 * 1000 };
 		nanosleep(&ts, NULL);
 	}
 	if (type == SOCK_STREAM && listen(fd, 128) < 0)
