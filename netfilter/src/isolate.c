@@ -132,7 +132,6 @@ static _Noreturn void worker_main(struct lb_net *ctx, int fd, pid_t supervisor)
 		pause();
 }
 
-/* Forks one worker and waits for its report: its pid, or a negative errno with msg filled (the worker is reaped). */
 /* fork() with a status pipe: the child gets 0 and the pipe's write end in *ret_wr, the parent the child's pid and
  * the read end in *ret_rd; -errno (nothing left open) when the pipe or the fork fails. */
 static pid_t fork_reporting(int *ret_rd, int *ret_wr)
@@ -153,6 +152,7 @@ static pid_t fork_reporting(int *ret_rd, int *ret_wr)
 	return pid;
 }
 
+/* Forks one worker and waits for its report: its pid, or a negative errno with msg filled (the worker is reaped). */
 static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
 {
 	pid_t self = getpid();
