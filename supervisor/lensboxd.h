@@ -65,8 +65,9 @@ struct lbd {
 	struct lb_net *net;	/* NULL when networking is off or failed to start: only network "off" runs */
 	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
-	unsigned net_services_restarts; /* timer thread only: the restarts last logged */
-	bool net_services_down_logged;	/* timer thread only: the supervisor's end was logged */
+	unsigned net_services_restarts;		 /* timer thread only: the restarts last logged */
+	bool net_services_down_logged;		 /* timer thread only: the supervisor's end was logged */
+	char net_uplink_error[LB_ERROR_MSG_MAX]; /* timer thread only: the last uplink failure logged, "" when none */
 	int64_t started_at_ms;
 
 	struct lbd_spares *spares; /* NULL until lbd_spares_start() */

@@ -113,11 +113,13 @@ void lbd_network_verify(struct lbd *d)
 	int ur = lb_net_follow_uplinks(d->net, &added, &uerr);
 	int r = lb_net_verify(d->net, &repaired, &err);
 	pthread_mutex_unlock(&d->net_mu);
-	if (ur < 0)
+	/* Logged when the failure starts or changes, not every 2 s while it lasts. */
+	if (ur < 0 && strcmp(uerr.msg, d->net_uplink_error) != 0)
 		lb_error(NULL,
 			 "following the default route to a new uplink failed (web sandboxes may not reach out "
 			 "through it): %s",
 			 uerr.msg);
+	snprintf(d->net_uplink_error, sizeof(d->net_uplink_error), "%s", ur < 0 ? uerr.msg : "");
 	if (added > 0) {
 		struct lb_net_health h = { 0 };
 		lb_net_health(d->net, &h);
