@@ -80,7 +80,7 @@ int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err)
 static void check_services(struct lbd *d)
 {
 	struct lb_net_health h = { 0 };
-	lb_net_health(d->net, &h);
+	lb_net_services_health(d->net, &h);
 	if (!h.services_isolated)
 		return;
 	if (h.services_restarts != d->net_services_restarts) {

@@ -69,10 +69,9 @@ struct lb_net {
 	uint32_t timeout_ms;
 	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
-	char *offload_template; /* offload.nft; NULL when cfg->no_flow_offload */
-	char uplinks[256];	/* names of the uplinks lensbox configured (forwarding on, flowtable device),
-				   space-separated;      under lock */
-	struct lb_uplink uplink[LB_NET_MAX_UPLINKS]; /* the same, with the ifindex each was configured at */
+	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
+	struct lb_uplink uplink[LB_NET_MAX_UPLINKS]; /* the uplinks lensbox configured (forwarding on, flowtable
+						      device), with the ifindex each was configured at; under lock */
 	size_t n_uplinks;
 	bool offload;		/* the flowtable is part of the table: web sandboxes' veths join it. Written at
 				   init and by verify (under lock); read under lock */

@@ -183,23 +183,23 @@ static void load_offload(struct lb_net *ctx)
 		snprintf(why, sizeof(why), "turned off in the configuration (no_flow_offload)");
 		goto done;
 	}
-	char list[sizeof(ctx->uplinks)];
+	struct lb_uplink up[LB_NET_MAX_UPLINKS];
 	pthread_mutex_lock(&ctx->lock);
-	memcpy(list, ctx->uplinks, sizeof(list));
+	size_t n = ctx->n_uplinks;
+	memcpy(up, ctx->uplink, sizeof(up));
 	pthread_mutex_unlock(&ctx->lock);
-	if (!list[0]) {
+	if (n == 0) {
 		snprintf(why, sizeof(why), "no uplink: the host has no default route");
 		goto done;
 	}
-	/* "up0 eth1" -> "\"up0\", \"eth1\"": names of the host's own interfaces, from rtnetlink */
+	/* "\"up0\", \"eth1\"": names of the host's own interfaces, from rtnetlink */
 	FILE *f = open_memstream(&devs, &dlen);
 	if (!f) {
 		snprintf(why, sizeof(why), "out of memory");
 		goto done;
 	}
-	char *save = NULL;
-	for (char *dev = strtok_r(list, " ", &save); dev; dev = strtok_r(NULL, " ", &save))
-		fprintf(f, "%s\"%s\"", ftell(f) ? ", " : "", dev);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s\"%s\"", i ? ", " : "", up[i].name);
 	fclose(f);
 	const char *keys[] = { "UPLINKS" };
 	const char *vals[] = { devs };
@@ -256,12 +256,8 @@ int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_err
 			return lb_error_wrap(err, "enabling forwarding on the uplink %s", now[i].name);
 		pthread_mutex_lock(&ctx->lock);
 		ctx->uplink[k] = now[i];
-		if (k == ctx->n_uplinks) {
+		if (k == ctx->n_uplinks)
 			ctx->n_uplinks++;
-			size_t used = strlen(ctx->uplinks);
-			snprintf(ctx->uplinks + used, sizeof(ctx->uplinks) - used, "%s%s", used ? " " : "",
-				 now[i].name);
-		}
 		pthread_mutex_unlock(&ctx->lock);
 		if (ret_added)
 			(*ret_added)++;
@@ -836,6 +832,20 @@ bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
 	return local;
 }
 
+void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h)
+{
+	h->services_isolated = ctx->services_uid != 0;
+	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
+	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
+	if (h->services_isolated) {
+		lb_services_state(ctx, &h->services_supervised, &h->services_worker_pid, &h->services_restarts);
+	} else {
+		h->services_supervised = true; /* our own threads: they live as long as we do */
+		h->services_worker_pid = h->services_pid;
+		h->services_restarts = 0;
+	}
+}
+
 void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 {
 	*h = (struct lb_net_health){ 0 };
@@ -855,18 +865,14 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	snprintf(h->dns_upstream, sizeof(h->dns_upstream), "%s:%u", a, ntohs(ctx->upstream.sin_port));
 	h->n_package_names = (unsigned)ctx->packages.n;
 	pthread_mutex_lock(&ctx->lock);
-	snprintf(h->uplinks, sizeof(h->uplinks), "%s", ctx->uplinks);
+	size_t used = 0;
+	h->uplinks[0] = '\0';
+	for (size_t i = 0; i < ctx->n_uplinks && used < sizeof(h->uplinks); i++)
+		used += (size_t)snprintf(h->uplinks + used, sizeof(h->uplinks) - used, "%s%s", i ? " " : "",
+					 ctx->uplink[i].name);
 	pthread_mutex_unlock(&ctx->lock);
 	snprintf(h->npm_registry, sizeof(h->npm_registry), "%s", ctx->npm_registry);
-	h->services_isolated = ctx->services_uid != 0;
-	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
-	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
-	if (h->services_isolated) {
-		lb_services_state(ctx, &h->services_supervised, &h->services_worker_pid, &h->services_restarts);
-	} else {
-		h->services_supervised = true; /* our own threads: they live as long as we do */
-		h->services_worker_pid = h->services_pid;
-	}
+	lb_net_services_health(ctx, h);
 	pthread_mutex_lock(&ctx->lock);
 	h->flow_offload = ctx->offload && h->table_loaded;
 	snprintf(h->flow_offload_why, sizeof(h->flow_offload_why), "%s",

@@ -140,6 +140,8 @@ int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct l
 
 /* Fills h; never fails. */
 void lb_net_health(struct lb_net *ctx, struct lb_net_health *h);
+/* Only the services_* fields of lb_net_health(), without its nft listings: cheap enough for a timer. */
+void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h);
 
 /* The /etc/resolv.conf a sandbox of tier should get (runner's lb_sandbox_spec.resolv_conf): a name server line for
  * "packages" and "web", NULL for "off" (no resolver at all). The string is static. */
