@@ -70,8 +70,13 @@ struct lbd_jfield {
 	enum lbd_jtype type;
 };
 
+/* The keys of POST .../runs (api_runs.c; also read by the fuzz target). */
+#define LBD_RUN_FIELDS 5
+extern const struct lbd_jfield lbd_run_fields[LBD_RUN_FIELDS];
+
 /* Parses body as one JSON object whose keys are all in fields (each at most once) with the declared types.
- * An empty body is {}. On failure fills f (400 invalid_json / unknown_field / wrong_type) and returns -EINVAL.
+ * An empty body is {}. On failure fills f (400 invalid_json / unknown_field / wrong_type; 422 invalid_value for a
+ * \u0000 escape) and returns -EINVAL.
  * On success *ret is the tree (yajl_tree_free). */
 int lbd_json_object(const char *body, size_t len, const struct lbd_jfield *fields, size_t n, yajl_val *ret,
 		    struct lbd_fail *f);

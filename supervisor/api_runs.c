@@ -33,7 +33,7 @@
 #include "lb/units.h"
 #include "lb/utf8.h"
 
-static const struct lbd_jfield run_fields[] = {
+const struct lbd_jfield lbd_run_fields[LBD_RUN_FIELDS] = {
 	{ "language", LBD_J_STRING },  { "source", LBD_J_STRING },  { "timeout_seconds", LBD_J_INT },
 	{ "output_limit", LBD_J_INT }, { "sandbox", LBD_J_OBJECT },
 };
@@ -66,7 +66,7 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	struct lbd *d = req->d;
 	struct lbd_fail f = { 0 };
 	yajl_val root = NULL;
-	if (lbd_json_object(req->body, req->body_len, run_fields, LB_ARRAY_SIZE(run_fields), &root, &f) < 0) {
+	if (lbd_json_object(req->body, req->body_len, lbd_run_fields, LBD_RUN_FIELDS, &root, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
