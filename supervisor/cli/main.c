@@ -838,6 +838,60 @@ static const char *yesno(yajl_val obj, const char *key)
 	return !v ? "-" : YAJL_IS_TRUE(v) ? "yes" : "no";
 }
 
+/* The default image: without it, runs that name no image are refused. */
+static void show_image_health(yajl_val img)
+{
+	if (!img)
+		return;
+	char buf[512];
+	const char *name = lbc_jstr(img, "name", "?");
+	if (lbc_jbool(img, "available"))
+		line("image:", name);
+	else {
+		snprintf(buf, sizeof(buf), "%s is not available (%s): runs that name no image are refused", name,
+			 lbc_jstr(img, "why_not", "not imported"));
+		line("image:", buf);
+	}
+}
+
+/* The packages and web tiers, and what would stop them working: an admin reads here why pip install fails. */
+static void show_network_health(yajl_val net)
+{
+	if (!net)
+		return;
+	char buf[512];
+	if (!lbc_jbool(net, "tiers_available")) {
+		snprintf(buf, sizeof(buf), "off only; packages and web are unavailable: %s",
+			 lbc_jstr(net, "why_not", "no reason given"));
+		line("network:", buf);
+		return;
+	}
+	line("network:", "off, packages, web");
+	static const char *const chains[] = { "blocking_forward_chain", "blocking_input_chain" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(chains); i++) {
+		const char *chain = lbc_jstr(net, chains[i], NULL);
+		if (chain) {
+			snprintf(buf, sizeof(buf),
+				 "%s drops what it does not accept: packages and web traffic may stop there", chain);
+			line("warning:", buf);
+		}
+	}
+	yajl_val sv = lbc_jget(net, "services");
+	if (!sv)
+		return;
+	long long restarts = lbc_jint(sv, "restarts", 0);
+	if (!lbc_jbool(sv, "isolated"))
+		snprintf(buf, sizeof(buf), "running in lensboxd (services_uid = 0)");
+	else if (lbc_jget(sv, "supervised") && !lbc_jbool(sv, "supervised"))
+		snprintf(buf, sizeof(buf),
+			 "stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts");
+	else if (!lbc_jbool(sv, "alive"))
+		snprintf(buf, sizeof(buf), "being replaced (%lld replaced so far)", restarts);
+	else
+		snprintf(buf, sizeof(buf), "running unprivileged (%lld replaced so far)", restarts);
+	line("dns, relay:", buf);
+}
+
 static int cmd_health(const struct opts *o, int argc, char **argv)
 {
 	(void)argv;
@@ -872,6 +926,8 @@ static int cmd_health(const struct opts *o, int argc, char **argv)
 		line("seccomp:", yesno(host, "seccomp"));
 		line("nftables:", yesno(host, "nftables"));
 		line("user ns:", yesno(host, "user_namespaces"));
+		show_image_health(lbc_jget(h, "default_image"));
+		show_network_health(lbc_jget(h, "network"));
 		yajl_val sbs = lbc_jget(h, "sandboxes");
 		snprintf(buf, sizeof(buf), "%lld running, %lld stopped", (long long)lbc_jint(sbs, "running", 0),
 			 (long long)lbc_jint(sbs, "stopped", 0));

@@ -31,7 +31,11 @@ def lb(d, *args, stdin=None):
 def test_health(d):
     p = lb(d, "health")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "can run:     yes" in p.stdout.decode()
+    out = p.stdout.decode()
+    assert "can run:     yes" in out
+    # The test daemon runs with networking off (lensbox_testlib.lensboxd): health says so, and why.
+    assert "network:     off only; packages and web are unavailable: " in out, out
+    assert "\nimage:       " in out, out
 
 
 def test_run_exit_statuses(d):

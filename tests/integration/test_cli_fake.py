@@ -48,6 +48,40 @@ def test_health(fake):
     assert json.loads(p.stdout)["can_run"] is True
 
 
+def test_health_says_what_stops_the_network_tiers_and_runs(fake):
+    """An admin reads in `lensbox health` why `pip install` fails in a sandbox, and that the default image is
+    missing, without reading JSON; the host can still run sandboxes, so the exit status stays 0."""
+    p = lb(fake, "health")
+    out = p.stdout.decode()
+    assert "image:       python:3.12-slim\n" in out, out
+    assert "network:     off, packages, web\n" in out, out
+    assert "dns, relay:  running unprivileged (0 replaced so far)\n" in out, out
+    assert "warning:" not in out, out
+    health = json.loads(lb(fake, "--json", "health").stdout)
+    health["default_image"].update(available=False, digest=None, why_not="python:3.12-slim is not imported")
+    health["network"].update(blocking_forward_chain="inet firewalld filter_FORWARD")
+    health["network"]["services"].update(alive=False, restarts=3)
+    fake.next_raw = (200, json.dumps(health).encode(), "application/json")
+    out = lb(fake, "health").stdout.decode()
+    assert ("image:       python:3.12-slim is not available (python:3.12-slim is not imported): runs that name no "
+            "image are refused\n") in out, out
+    assert ("warning:     inet firewalld filter_FORWARD drops what it does not accept: packages and web traffic may "
+            "stop there\n") in out, out
+    assert "dns, relay:  being replaced (3 replaced so far)\n" in out, out
+    health["network"]["services"].update(supervised=False)
+    fake.next_raw = (200, json.dumps(health).encode(), "application/json")
+    out = lb(fake, "health").stdout.decode()
+    assert "dns, relay:  stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts\n" in out
+    health["network"] = {"tiers_available": False, "why_not": "nftables: the kernel has no nf_tables"}
+    fake.next_raw = (200, json.dumps(health).encode(), "application/json")
+    p = lb(fake, "health")
+    out = p.stdout.decode()
+    assert p.returncode == 0, out
+    assert ("network:     off only; packages and web are unavailable: nftables: the kernel has no nf_tables\n"
+            in out), out
+    assert "dns, relay:" not in out, out
+
+
 def test_health_exits_1_when_host_cannot_run(fake):
     fake.next_raw = (200, json.dumps({"version": "x", "can_run": False, "why_not": "no Landlock"}).encode(),
                      "application/json")

@@ -5,12 +5,13 @@ interfaces, routes and files, and the whole test runs in a sealed network namesp
 so lensbox's table and forwarding never touch the machine's own network."""
 import os
 import socket
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from lensbox_testlib import sealed  # noqa: E402
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import BUILD_DIR, Daemon  # noqa: E402
 
 sealed.enter()
 
@@ -87,13 +88,21 @@ def children(pid):
         return [int(x) for x in f.read().split()]
 
 
+def cli_health(d):
+    """`lensbox health` against d, as an admin runs it: its stdout (exit 0: the host can run sandboxes)."""
+    p = subprocess.run([os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox"), "health"], capture_output=True,
+                       env=dict(os.environ, LENSBOX_SOCKET=d.socket), timeout=60, text=True)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    return p.stdout
+
+
 def test_resolver_and_relay_run_unprivileged_and_are_replaced():
     """By default the parsers of the sandboxes' DNS, TLS and HTTP bytes are not root: lensboxd forks a supervisor as
     services_uid, which runs them in a worker of the same uid and replaces it when it dies; both go with lensboxd."""
     d = Daemon(settings={"networking": "on"})
     try:
         assert d.request("GET", "/v1/health")[1]["network"]["services"] == \
-            {"isolated": True, "alive": True, "restarts": 0}
+            {"isolated": True, "alive": True, "supervised": True, "restarts": 0}
         sup = [p for p in children(d.proc.pid) if proc_status(p)["Uid"].split()[0] == str(SERVICES_UID)]
         assert len(sup) == 1, children(d.proc.pid)
         workers = children(sup[0])
@@ -111,13 +120,32 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
             if services["restarts"] == 1 and services["alive"]:
                 break
             time.sleep(0.05)
-        assert services == {"isolated": True, "alive": True, "restarts": 1}, services
+        assert services == {"isolated": True, "alive": True, "supervised": True, "restarts": 1}, services
         assert children(sup[0]) not in ([], workers)
         deadline = time.monotonic() + 5  # the timer looks every 2 s
         while "was replaced" not in d.read_log() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert "the resolver and relay's worker process ended and was replaced" in d.read_log()
+        health = cli_health(d)
+        assert "network:     off, packages, web\n" in health, health
+        assert "dns, relay:  running unprivileged (1 replaced so far)\n" in health, health
+        assert "warning:" not in health, health
+        # The supervisor itself killed: nothing replaces it, and the admin is told so (log and `lensbox health`).
         pids = [sup[0]] + children(sup[0])
+        os.kill(sup[0], 9)
+        deadline = time.monotonic() + 10
+        while d.request("GET", "/v1/health")[1]["network"]["services"]["supervised"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        services = d.request("GET", "/v1/health")[1]["network"]["services"]
+        assert services == {"isolated": True, "alive": False, "supervised": False, "restarts": 1}, services
+        health = cli_health(d)
+        assert ("dns, relay:  stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts\n"
+                in health), health
+        deadline = time.monotonic() + 5
+        while "supervisor process is gone" not in d.read_log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "the resolver and relay's supervisor process is gone" in d.read_log()
         assert d.stop() == 0
         deadline = time.monotonic() + 5
         while any(os.path.exists(f"/proc/{p}") and proc_status(p)["State"][0] != "Z" for p in pids):

@@ -363,6 +363,13 @@ class FakeLensboxd:
                 "why_not": None,
                 "host": {"kernel": "6.18.0", "landlock_abi": 7, "cgroup": "v1", "seccomp": True, "nftables": True,
                          "user_namespaces": True},
+                "default_image": {"name": "python:3.12-slim", "available": True, "digest": "sha256:" + "a" * 64,
+                                  "why_not": None},
+                "network": {"tiers_available": True, "why_not": None, "ip_forward": False,
+                            "blocking_forward_chain": None, "blocking_input_chain": None,
+                            "dns_upstream": "192.0.2.53:53", "flow_offload": False, "flow_offload_why_not": "fake",
+                            "attached": 0,
+                            "services": {"isolated": True, "alive": True, "supervised": True, "restarts": 0}},
                 "sandboxes": {
                     "running": sum(s.state == "running" for s in self.sandboxes.values()),
                     "stopped": sum(s.state == "stopped" for s in self.sandboxes.values()),
