@@ -169,6 +169,13 @@ bool lb_services_alive(struct lb_net *ctx);
  * replaced) and how many workers were started after the first: reported, never acted on. */
 void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_worker_pid, unsigned *ret_restarts);
 
+/* ---- confine.c ---- */
+
+/* Loads the worker's seccomp filter on the calling (single-threaded) process: no signals to others, no new processes
+ * or programs, no namespaces, no other process's memory, no sockets but AF_UNIX/AF_INET/AF_INET6 and NETLINK_ROUTE,
+ * none of the kernel interfaces the services never use (EPERM); clone3 answers ENOSYS. Irreversible. */
+int lb_services_confine(struct lb_error *err);
+
 /* ---- net.c ---- */
 
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */

@@ -19,13 +19,14 @@
  * the two sockets; drops supplementary groups, gid and uid (which drops every capability); sets no_new_privs,
  * non-dumpable (no ptrace, also not by its workers) and parent-death SIGKILL; forks the first worker and reports its
  * start (or the failed step) on the status pipe. Each worker sets parent-death SIGKILL too, so nothing of the services
- * outlives the caller.
+ * outlives the caller, and loads its seccomp filter (confine.c) before its first thread: it can signal no process but
+ * itself (not its supervisor), and start no process, program or namespace.
  *
  * What the processes share with the caller are anonymous MAP_SHARED pages: the slot table (the tier, written by the
  * caller; the refusal counter, written by the services) and the supervisor's status (worker pid, restarts), which
  * the caller only reports. The caller trusts nothing else from them: it kills only the supervisor, its own child,
  * never a pid read from shared memory, so a compromised worker can at worst miscount, answer DNS wrongly for
- * sandboxes whose traffic nftables still confines, or stop the services (which then fail closed).
+ * sandboxes whose traffic nftables still confines, or keep the services down by crashing each new worker too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +117,9 @@ static _Noreturn void worker_main(struct lb_net *ctx, int fd, pid_t supervisor)
 	close(FD_RELAY);
 	struct lb_error err = { 0 };
 	int r = resolver < 0 || relay < 0 ? lb_error_set(&err, e, "copying the services' sockets") : 0;
+	/* Before the first thread and the first byte from a sandbox (confine.c). */
+	if (r == 0)
+		r = lb_services_confine(&err);
 	if (r == 0)
 		r = lb_resolver_start(ctx, TAKE_FD(resolver), &err);
 	if (r == 0)

@@ -256,6 +256,8 @@ static void isolated_services(void **state)
 		assert_non_null(strstr(status, "\nCapEff:\t0000000000000000\n"));
 		assert_non_null(strstr(status, "\nCapPrm:\t0000000000000000\n"));
 		assert_non_null(strstr(status, "\nNoNewPrivs:\t1\n"));
+		/* The worker, which parses the sandboxes' bytes, runs under its seccomp filter (confine.c). */
+		assert_non_null(strstr(status, i == 0 ? "\nSeccomp:\t0\n" : "\nSeccomp:\t2\n"));
 		char ppid[32];
 		snprintf(ppid, sizeof(ppid), "\nPPid:\t%u\n", i == 0 ? (unsigned)getpid() : h.services_pid);
 		assert_non_null(strstr(status, ppid));
