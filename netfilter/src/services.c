@@ -90,8 +90,12 @@ int lb_service_bind(int type, uint16_t port, struct lb_error *err)
 	_cleanup_close_ int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return lb_error_set(err, errno, "creating the %s socket", type == SOCK_DGRAM ? "resolver" : "relay");
+	/* SO_REUSEADDR only for the relay's TCP listener (a restart may find its old connections in TIME_WAIT; no
+	 * second listener can share the port). Never for the resolver's UDP socket: on UDP it lets any local user bind
+	 * the same port with SO_REUSEADDR of their own and receive, and answer, the sandboxes' queries. */
 	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (type == SOCK_STREAM)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	/* Bound to every address but reachable only from sandboxes: base.nft drops this port on other interfaces,
 	 * and each request's source must be an attached sandbox's address. */
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY };

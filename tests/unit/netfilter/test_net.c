@@ -13,9 +13,11 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -223,6 +225,32 @@ static int bind_port(int type, uint16_t port)
 	return r;
 }
 
+/* What another local user would try to take a service's port: bind it as uid 65534 with SO_REUSEADDR, then with
+ * SO_REUSEPORT. 0 when every try was refused with EADDRINUSE, else 1 (a bind succeeded or failed otherwise). */
+static int hijack_refused(int type, uint16_t port)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0)
+			_exit(2);
+		static const int opts[] = { SO_REUSEADDR, SO_REUSEPORT };
+		for (size_t i = 0; i < 2; i++) {
+			int fd = socket(AF_INET, type, 0), one = 1;
+			struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+			if (fd < 0 || setsockopt(fd, SOL_SOCKET, opts[i], &one, sizeof(one)) < 0)
+				_exit(3);
+			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 || errno != EADDRINUSE)
+				_exit(1);
+			close(fd);
+		}
+		_exit(0);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
+}
+
 static void isolated_services(void **state)
 {
 	(void)state;
@@ -266,11 +294,17 @@ static void isolated_services(void **state)
 	assert_int_equal(lb_net_attach(net, "iso", sandbox_fd, "web", NULL, &err), 0);
 	assert_int_equal(lb_net_detach(net, "iso", &err), 0);
 
+	/* No other local user can take either port, with or without SO_REUSEADDR/SO_REUSEPORT: on UDP that would hand
+	 * them the sandboxes' DNS queries to read and answer. */
+	assert_int_equal(hijack_refused(SOCK_DGRAM, 20053), 0);
+	assert_int_equal(hijack_refused(SOCK_STREAM, 20080), 0);
+
 	/* A worker that dies is replaced, and the ports stay taken meanwhile (the supervisor holds the sockets). */
 	unsigned supervisor = h.services_pid, worker = h.services_worker_pid;
 	assert_int_equal(kill((pid_t)worker, SIGKILL), 0);
 	assert_int_equal(bind_port(SOCK_DGRAM, 20053), -EADDRINUSE);
 	assert_int_equal(bind_port(SOCK_STREAM, 20080), -EADDRINUSE);
+	assert_int_equal(hijack_refused(SOCK_DGRAM, 20053), 0);
 	for (int i = 0; i < 300; i++) { /* the first replacement comes after 100 ms */
 		lb_net_health(net, &h);
 		if (h.services_alive && h.services_worker_pid != worker)
