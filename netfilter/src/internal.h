@@ -70,6 +70,7 @@ struct lb_net {
 	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
+	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */
 	struct lb_uplink uplink[LB_NET_MAX_UPLINKS]; /* the uplinks lensbox configured (forwarding on, flowtable
 						      device), with the ifindex each was configured at; under lock */
 	size_t n_uplinks;

@@ -137,6 +137,20 @@ static int load_base(struct lb_net *ctx, struct lb_error *err)
 	r = lb_template_fill(tmpl, keys, vals, LB_ARRAY_SIZE(keys), &text, err);
 	if (r < 0)
 		return lb_error_wrap(err, "network/base.nft");
+	/* The services' egress, when they run as their own uid: in the same transaction, so the table is never
+	 * loaded without it. */
+	_cleanup_free_ char *services = NULL;
+	if (ctx->services_template) {
+		char uid[16], up[INET_ADDRSTRLEN], upport[8];
+		snprintf(uid, sizeof(uid), "%u", (unsigned)ctx->services_uid);
+		inet_ntop(AF_INET, &ctx->upstream.sin_addr, up, sizeof(up));
+		snprintf(upport, sizeof(upport), "%u", ntohs(ctx->upstream.sin_port));
+		const char *skeys[] = { "SERVICES_UID", "UPSTREAM", "UPSTREAM_PORT", "RESOLVER_PORT", "RELAY_PORT" };
+		const char *svals[] = { uid, up, upport, rport, lport };
+		r = lb_template_fill(ctx->services_template, skeys, svals, LB_ARRAY_SIZE(skeys), &services, err);
+		if (r < 0)
+			return lb_error_wrap(err, "network/services.nft");
+	}
 
 	/* the denied sets' elements, from denied.list */
 	_cleanup_free_ char *v4 = NULL, *v6 = NULL;
@@ -160,9 +174,9 @@ static int load_base(struct lb_net *ctx, struct lb_error *err)
 	fclose(f6);
 	/* Replace any earlier table in the same transaction: "add" makes sure "delete" has something to delete. */
 	if (asprintf(&all,
-		     "add table inet lensbox\ndelete table inet lensbox\n%s\n"
+		     "add table inet lensbox\ndelete table inet lensbox\n%s\n%s\n"
 		     "add element inet lensbox denied4 { %s }\nadd element inet lensbox denied6 { %s }\n",
-		     text, v4, v6) < 0)
+		     text, services ? services : "", v4, v6) < 0)
 		return lb_error_set(err, ENOMEM, "building the base ruleset");
 	r = lb_nft_run(all, NULL, err);
 	if (r < 0)
@@ -378,6 +392,12 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 			goto fail;
 	}
 
+	if (cfg->services_uid) {
+		ctx->services_uid = cfg->services_uid;
+		r = read_policy_file(cfg->policy_dir, "services.nft", &ctx->services_template, err);
+		if (r < 0)
+			goto fail;
+	}
 	r = load_base(ctx, err);
 	if (r < 0)
 		goto fail;
@@ -389,7 +409,6 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	if (r < 0)
 		goto fail;
 	if (cfg->services_uid) {
-		ctx->services_uid = cfg->services_uid;
 		r = lb_services_spawn_isolated(ctx, cfg->services_uid, cfg->services_uid, err);
 		if (r < 0)
 			goto fail;
@@ -430,6 +449,7 @@ void lb_net_free(struct lb_net *ctx)
 	free(ctx->web_template);
 	free(ctx->packages_template);
 	free(ctx->offload_template);
+	free(ctx->services_template);
 	free(ctx->slots);
 	if (ctx->shared)
 		munmap(ctx->shared, ctx->n_slots * sizeof(*ctx->shared));

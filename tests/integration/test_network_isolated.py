@@ -6,6 +6,7 @@ behave exactly as with in-process services and the refusal counts still reach ne
 replaced and nothing a sandbox sent meanwhile is lost; if the supervisor dies, DNS and the relay stop answering (fail
 closed) and health says so.
 """
+import json
 import os
 import signal
 import sys
@@ -85,6 +86,91 @@ def test_a_crashed_worker_is_replaced(world):
     assert int(h["services_worker_pid"]) not in (0, worker) and int(h["services_restarts"]) == restarts + 1, h
 
 
+EGRESS_PROBE = r"""
+import errno, json, os, socket, sys
+uid = int(sys.argv[1])
+if uid:
+    os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+out = {}
+def tcp(name, addr, family=socket.AF_INET):
+    s = socket.socket(family, socket.SOCK_STREAM); s.settimeout(2)
+    try:
+        s.connect(addr); out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e))
+    s.close()
+tcp("site_443", ("11.2.0.20", 443))
+tcp("site_80", ("11.2.0.20", 80))
+tcp("site_8080", ("11.2.0.20", 8080))
+tcp("host_loopback", ("127.0.0.1", 8000))
+tcp("host_lan_address", ("10.1.0.1", 80))
+tcp("lan_host", ("10.1.0.10", 80))
+tcp("metadata", ("169.254.169.254", 80))
+tcp("ipv6_loopback", ("::1", 8000), socket.AF_INET6)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04site\x07example\x00\x00\x01\x00\x01"
+try:
+    u.sendto(q, ("11.2.0.53", 53)); out["upstream_dns"] = "ok" if u.recv(512)[:2] == b"\x12\x34" else "bad"
+except OSError as e:
+    out["upstream_dns"] = errno.errorcode.get(e.errno, str(e))
+try:
+    u.sendto(b"x", ("11.2.0.20", 9999)); out["udp_elsewhere"] = "ok"
+except OSError as e:
+    out["udp_elsewhere"] = errno.errorcode.get(e.errno, str(e))
+print(json.dumps(out))
+"""
+
+
+FROM_SERVICE_PORTS = r"""
+import errno, json, socket, time
+out = {}
+def bound(kind, port):  # a dead process's sockets may close a moment after it
+    for _ in range(150):
+        s = socket.socket(socket.AF_INET, kind)
+        if kind == socket.SOCK_STREAM:  # the relay's connections of the earlier tests wait in TIME_WAIT
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port)); return s
+        except OSError:
+            s.close(); time.sleep(0.02)
+    raise SystemExit(f"port {port} stayed taken")
+def udp(name, sport):
+    u = bound(socket.SOCK_DGRAM, sport)
+    try:
+        u.sendto(b"x", ("11.2.0.20", 9999)); out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e))
+udp("udp_from_resolver_port", 10053)
+udp("udp_from_other_port", 10054)
+t = bound(socket.SOCK_STREAM, 10080); t.settimeout(2)
+try:
+    t.connect(("11.2.0.20", 443)); out["tcp_from_relay_port"] = "ok"
+except OSError as e:
+    out["tcp_from_relay_port"] = errno.errorcode.get(e.errno, str(e))
+print(json.dumps(out))
+"""
+
+
+def egress_from(world, uid):
+    return json.loads(nw.sh(nw.PY, "-c", EGRESS_PROBE, str(uid), ns=world.host).stdout)
+
+
+def test_a_taken_over_service_reaches_only_the_upstream_and_public_web_ports(world):
+    """services.nft: should a parser bug hand the resolver or relay to a sandbox's code, their uid still reaches only
+    the DNS upstream and ports 80/443 of public addresses, never the host's own services, the LAN, the metadata
+    address, IPv6 or other ports. Root in the same namespace reaches them all: the refusals are the chain's."""
+    as_services = egress_from(world, UID)
+    # refused at once, never by a timeout: connect() gets the rule's ICMP (EHOSTUNREACH; EACCES for IPv6), a
+    # datagram's sendto() EPERM
+    assert as_services == {"site_443": "ok", "site_80": "ok", "site_8080": "EHOSTUNREACH",
+                           "host_loopback": "EHOSTUNREACH", "host_lan_address": "EHOSTUNREACH",
+                           "lan_host": "EHOSTUNREACH", "metadata": "EHOSTUNREACH", "ipv6_loopback": "EACCES",
+                           "upstream_dns": "ok", "udp_elsewhere": "EPERM"}, as_services
+    as_root = egress_from(world, 0)
+    assert all(as_root[k] == "ok" for k in ("site_8080", "host_loopback", "host_lan_address", "lan_host",
+                                              "metadata", "udp_elsewhere")), as_root
+
+
 def test_a_dead_supervisor_fails_closed(world):
     pid = int(health(world)["services_pid"])  # the supervisor: its worker follows it (parent-death SIGKILL)
     os.kill(pid, signal.SIGKILL)
@@ -96,3 +182,8 @@ def test_a_dead_supervisor_fails_closed(world):
     assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
     r = world.probe(world.pkg, op="http", host=nw.REGISTRY_IP, port=443, tls=True, sni="pypi.org", ca=world.ca)
     assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
+    # The services' two ports send only answers to what sandboxes opened, whoever holds them (their sockets are
+    # bound by lensbox, as root): with the ports free now, root's own new traffic from them is refused too.
+    out = nw.sh(nw.PY, "-c", FROM_SERVICE_PORTS, ns=world.host).stdout
+    assert json.loads(out) == {"udp_from_resolver_port": "EPERM", "tcp_from_relay_port": "EHOSTUNREACH",
+                               "udp_from_other_port": "ok"}, out
