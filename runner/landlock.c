@@ -20,6 +20,7 @@
 #include "internal.h"
 
 #include "lb/cleanup.h"
+#include "lb/landlock-abi.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,33 +31,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-/* The uapi headers here are Linux 6.1's (Landlock ABI 2); later ABIs' constants are defined from the kernel's
- * include/uapi/linux/landlock.h. */
-#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
-#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14) /* ABI 3 */
-#endif
-#ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
-#define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15) /* ABI 5 */
-#endif
-#define LB_LANDLOCK_RULE_NET_PORT	   2	       /* ABI 4 */
-#define LB_LANDLOCK_ACCESS_NET_BIND_TCP	   (1ULL << 0) /* ABI 4 */
-#define LB_LANDLOCK_ACCESS_NET_CONNECT_TCP (1ULL << 1) /* ABI 4 */
-#define LB_LANDLOCK_SCOPE_ABSTRACT_UNIX	   (1ULL << 0) /* ABI 6 */
-#define LB_LANDLOCK_SCOPE_SIGNAL	   (1ULL << 1) /* ABI 6 */
-#define LB_LANDLOCK_MAX_KNOWN_ABI	   7
-
-/* The ABI 6 layout of struct landlock_ruleset_attr (the header's has only handled_access_fs). */
-struct lb_ruleset_attr {
-	__u64 handled_access_fs;
-	__u64 handled_access_net;
-	__u64 scoped;
-};
-
-struct lb_net_port_attr {
-	__u64 allowed_access;
-	__u64 port;
-};
 
 #define FS_READ (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
 #define FS_EXEC (LANDLOCK_ACCESS_FS_EXECUTE)
@@ -72,21 +46,7 @@ struct lb_net_port_attr {
 
 int lb_landlock_abi(void)
 {
-	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
-	return abi < 0 ? 0 : (int)abi;
-}
-
-/* Every filesystem right an ABI knows. */
-static __u64 fs_handled(int abi)
-{
-	__u64 h = (LANDLOCK_ACCESS_FS_MAKE_SYM << 1) - 1; /* ABI 1: bits 0..12 */
-	if (abi >= 2)
-		h |= LANDLOCK_ACCESS_FS_REFER;
-	if (abi >= 3)
-		h |= LANDLOCK_ACCESS_FS_TRUNCATE;
-	if (abi >= 5)
-		h |= LANDLOCK_ACCESS_FS_IOCTL_DEV;
-	return h;
+	return lb_landlock_kernel_abi();
 }
 
 static __u64 rights_of(unsigned access)
@@ -122,7 +82,7 @@ int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid
 		return 0;
 	}
 
-	__u64 handled = fs_handled(abi);
+	__u64 handled = lb_landlock_fs_all(abi);
 	struct lb_ruleset_attr attr = { .handled_access_fs = handled };
 	size_t attr_size = sizeof(__u64);
 	if (abi >= 4) {

@@ -79,6 +79,7 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 		lbd_gen_bool(g, "isolated", nh.services_isolated);
 		lbd_gen_bool(g, "alive", nh.services_alive);
 		lbd_gen_bool(g, "supervised", nh.services_supervised);
+		lbd_gen_int(g, "landlock_abi", nh.services_landlock_abi);
 		lbd_gen_uint(g, "restarts", nh.services_restarts);
 		yajl_gen_map_close(g);
 	}

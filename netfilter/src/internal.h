@@ -50,6 +50,7 @@ struct lb_services_status {
 	_Atomic int worker_pid;	   /* the worker serving now; 0 while it is being replaced */
 	_Atomic unsigned restarts; /* workers started after the first */
 	_Atomic int last_status;   /* wait status of the last worker that ended */
+	_Atomic int landlock_abi;  /* the Landlock ABI the serving worker confined itself with (written by it) */
 };
 struct relay_conn; /* one relayed connection (services.c) */
 
@@ -172,10 +173,12 @@ void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_w
 
 /* ---- confine.c ---- */
 
-/* Loads the worker's seccomp filter on the calling (single-threaded) process: no signals to others, no new processes
- * or programs, no namespaces, no other process's memory, no sockets but AF_UNIX/AF_INET/AF_INET6 and NETLINK_ROUTE,
- * none of the kernel interfaces the services never use (EPERM); clone3 answers ENOSYS. Irreversible. */
-int lb_services_confine(struct lb_error *err);
+/* Confines the calling (single-threaded, no_new_privs) process for good: a Landlock domain at the kernel's best ABI
+ * (*ret_landlock_abi; 0 when it has none), which opens no path and connects TCP only to 80, 443 and upstream_port;
+ * then a seccomp filter: no signals to others, no new processes or programs, no namespaces, no other process's
+ * memory, no sockets but AF_UNIX/AF_INET/AF_INET6 and NETLINK_ROUTE, none of the kernel interfaces the services
+ * never use (EPERM); clone3 answers ENOSYS. */
+int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb_error *err);
 
 /* ---- net.c ---- */
 

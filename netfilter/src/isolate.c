@@ -28,6 +28,7 @@
  * never a pid read from shared memory, so a compromised worker can at worst miscount, answer DNS wrongly for
  * sandboxes whose traffic nftables still confines, or keep the services down by crashing each new worker too.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -118,8 +119,9 @@ static _Noreturn void worker_main(struct lb_net *ctx, int fd, pid_t supervisor)
 	struct lb_error err = { 0 };
 	int r = resolver < 0 || relay < 0 ? lb_error_set(&err, e, "copying the services' sockets") : 0;
 	/* Before the first thread and the first byte from a sandbox (confine.c). */
-	if (r == 0)
-		r = lb_services_confine(&err);
+	int abi = 0;
+	if (r == 0 && (r = lb_services_confine(ntohs(ctx->upstream.sin_port), &abi, &err)) == 0)
+		atomic_store(&ctx->services_status->landlock_abi, abi);
 	if (r == 0)
 		r = lb_resolver_start(ctx, TAKE_FD(resolver), &err);
 	if (r == 0)

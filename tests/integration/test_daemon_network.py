@@ -101,8 +101,11 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
     services_uid, which runs them in a worker of the same uid and replaces it when it dies; both go with lensboxd."""
     d = Daemon(settings={"networking": "on"})
     try:
+        # the worker confines itself with the kernel's best Landlock ABI that lensbox knows (7)
+        landlock_abi = min(7, d.request("GET", "/v1/health")[1]["host"]["landlock_abi"])
         assert d.request("GET", "/v1/health")[1]["network"]["services"] == \
-            {"isolated": True, "alive": True, "supervised": True, "restarts": 0}
+            {"isolated": True, "alive": True, "supervised": True, "landlock_abi": landlock_abi,
+             "restarts": 0}
         sup = [p for p in children(d.proc.pid) if proc_status(p)["Uid"].split()[0] == str(SERVICES_UID)]
         assert len(sup) == 1, children(d.proc.pid)
         workers = children(sup[0])
@@ -120,7 +123,8 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
             if services["restarts"] == 1 and services["alive"]:
                 break
             time.sleep(0.05)
-        assert services == {"isolated": True, "alive": True, "supervised": True, "restarts": 1}, services
+        assert services == {"isolated": True, "alive": True, "supervised": True, "landlock_abi": landlock_abi,
+                        "restarts": 1}, services
         assert children(sup[0]) not in ([], workers)
         deadline = time.monotonic() + 5  # the timer looks every 2 s
         while "was replaced" not in d.read_log() and time.monotonic() < deadline:
@@ -138,7 +142,8 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
             assert time.monotonic() < deadline
             time.sleep(0.05)
         services = d.request("GET", "/v1/health")[1]["network"]["services"]
-        assert services == {"isolated": True, "alive": False, "supervised": False, "restarts": 1}, services
+        assert services == {"isolated": True, "alive": False, "supervised": False, "landlock_abi": landlock_abi,
+                        "restarts": 1}, services
         health = cli_health(d)
         assert ("dns, relay:  stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts\n"
                 in health), health

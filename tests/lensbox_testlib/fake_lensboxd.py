@@ -369,7 +369,8 @@ class FakeLensboxd:
                             "blocking_forward_chain": None, "blocking_input_chain": None,
                             "dns_upstream": "192.0.2.53:53", "flow_offload": False, "flow_offload_why_not": "fake",
                             "attached": 0,
-                            "services": {"isolated": True, "alive": True, "supervised": True, "restarts": 0}},
+                            "services": {"isolated": True, "alive": True, "supervised": True, "landlock_abi": 7,
+                                         "restarts": 0}},
                 "sandboxes": {
                     "running": sum(s.state == "running" for s in self.sandboxes.values()),
                     "stopped": sum(s.state == "stopped" for s in self.sandboxes.values()),

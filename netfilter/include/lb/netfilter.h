@@ -79,6 +79,7 @@ struct lb_net_health {
 	unsigned services_pid;	      /* the supervisor (isolated) or the caller */
 	unsigned services_worker_pid; /* the worker serving now (isolated; 0 while it is replaced) or the caller */
 	unsigned services_restarts;   /* workers started after the first (a worker ended: crashed or killed) */
+	int services_landlock_abi;    /* isolated: the Landlock ABI the worker confined itself with (0: none) */
 	bool flow_offload;	      /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
 	char flow_offload_why[160];   /* when not: why (the kernel's refusal, "no uplink", "turned off") */
 };

@@ -3,7 +3,8 @@
  * the filter and then tries one thing a worker taken over through a parser bug would try: signalling its
  * supervisor (here: the test, the child's parent), starting a process or a program, making a namespace, reaching
  * another process's memory, opening an unusual socket, calling through another architecture's table. What the
- * resolver and relay need (threads, internet and Unix sockets, signals to itself) must keep working.
+ * resolver and relay need (threads, internet and Unix sockets, signals to itself, TCP to 80/443 and the upstream)
+ * must keep working, and opening any path, or TCP to another port, must not (Landlock).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdbool.h>
+#include <sys/prctl.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
 #include <pthread.h>
@@ -27,6 +33,7 @@
 #include <cmocka.h>
 
 #include "../../../netfilter/src/internal.h"
+#include "lb/landlock-abi.h"
 
 /* Runs fn in a confined child; returns its wait status. fn returns the child's exit code. */
 static int confined(int (*fn)(void))
@@ -35,10 +42,14 @@ static int confined(int (*fn)(void))
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct lb_error err = { 0 };
-		if (lb_services_confine(&err) < 0) {
+		int abi = -1;
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || lb_services_confine(53, &abi, &err) < 0) {
 			fprintf(stderr, "lb_services_confine: %s\n", err.msg);
 			_exit(100);
 		}
+		if (abi != lb_landlock_kernel_abi() &&
+		    !(abi == LB_LANDLOCK_MAX_KNOWN_ABI && abi < lb_landlock_kernel_abi()))
+			_exit(101); /* the ABI reported is the one enforced: the kernel's best that lensbox knows */
 		_exit(fn());
 	}
 	int status = 0;
@@ -157,6 +168,45 @@ static int sockets(void)
 	return 0;
 }
 
+/* Landlock: no path opens at all; TCP connects only to 80, 443 and the upstream's port (53 here); no TCP bind. */
+static int landlock(void)
+{
+	int abi = lb_landlock_kernel_abi();
+	if (abi >= 1) {
+		errno = 0;
+		if (open("/etc/hostname", O_RDONLY | O_CLOEXEC) >= 0 || errno != EACCES)
+			return 1;
+		if (open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC) >= 0 || errno != EACCES)
+			return 2;
+		if (open("/tmp/lensbox-confine-test", O_WRONLY | O_CREAT | O_CLOEXEC, 0600) >= 0 || errno != EACCES)
+			return 3;
+	}
+	if (abi >= 4) {
+		static const struct {
+			uint16_t port;
+			bool allowed;
+		} tries[] = { { 80, true }, { 443, true }, { 53, true }, { 8080, false }, { 22, false } };
+		for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+			int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			struct sockaddr_in a = { .sin_family = AF_INET,
+						 .sin_port = htons(tries[i].port),
+						 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+			errno = 0;
+			int r = connect(fd, (struct sockaddr *)&a, sizeof(a));
+			/* allowed: whatever loopback answers (refused, mostly), never Landlock's EACCES */
+			if (tries[i].allowed ? (r < 0 && errno == EACCES) : (r == 0 || errno != EACCES))
+				return 10 + (int)i;
+			close(fd);
+		}
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in any = { .sin_family = AF_INET };
+		errno = 0;
+		if (bind(fd, (struct sockaddr *)&any, sizeof(any)) == 0 || errno != EACCES)
+			return 20;
+	}
+	return 0;
+}
+
 /* kill(parent, 0) through the x32 table (the number with bit 30 set): must never reach the kernel's kill. */
 static int x32_kill(void)
 {
@@ -197,6 +247,12 @@ static void internet_and_unix_sockets_only(void **state)
 	assert_exit_0(confined(sockets));
 }
 
+static void no_path_and_only_the_services_tcp_ports(void **state)
+{
+	(void)state;
+	assert_exit_0(confined(landlock));
+}
+
 static void foreign_tables_kill_the_caller(void **state)
 {
 	(void)state;
@@ -217,6 +273,7 @@ int main(void)
 		cmocka_unit_test(no_process_or_program_but_threads),
 		cmocka_unit_test(no_namespaces_no_other_memory_no_rare_kernel_interfaces),
 		cmocka_unit_test(internet_and_unix_sockets_only),
+		cmocka_unit_test(no_path_and_only_the_services_tcp_ports),
 		cmocka_unit_test(foreign_tables_kill_the_caller),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
