@@ -6,6 +6,7 @@ behave exactly as with in-process services and the refusal counts still reach ne
 replaced and nothing a sandbox sent meanwhile is lost; if the supervisor dies, DNS and the relay stop answering (fail
 closed) and health says so.
 """
+import ctypes
 import json
 import os
 import signal
@@ -54,6 +55,10 @@ def test_services_run_unprivileged(world):
         fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         assert all(f == "/dev/null" or f.startswith(("socket:", "anon_inode:", "pipe:")) for f in fds), fds
     assert int(proc_status(worker)["PPid"]) == supervisor
+    # the worker, which parses, is confined further: seccomp, and Landlock at the kernel's best ABI lensbox knows
+    assert proc_status(worker)["Seccomp"].strip() == "2" and proc_status(supervisor)["Seccomp"].strip() == "0"
+    kernel_abi = ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1)  # landlock_create_ruleset(VERSION)
+    assert int(h["services_landlock_abi"]) == max(0, min(7, kernel_abi)), h
 
 
 def test_tiers_work_and_refusals_are_counted(world):

@@ -36,6 +36,7 @@ def test_guest_kernel_facts_ran(lane):
     ("tests.integration.test_daemon_restart::", 1),
     ("tests.integration.test_network_flowtable::", 5),
     ("tests.integration.test_network_flowtable_lifecycle::", 4),
+    ("tests.integration.test_network_isolated::", 5),
 ])
 def test_each_selected_suite_ran(lane, prefix, at_least):
     # A suite that shrank or vanished from the guest run (a renamed test, a broken collection) fails here.
