@@ -44,6 +44,11 @@ struct lb_shared_slot {
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
 	_Atomic bool big_segments; /* written by the parent: the host-side veth takes segments over 64 KiB */
 };
+/* The table's shape outside the sandboxes' sb<N>_* objects: a base chain flushed, deleted or given a rule of
+ * someone else's changes it. */
+struct lb_nft_shape {
+	unsigned chains, rules;
+};
 /* The isolated services' supervisor (isolate.c) writes this MAP_SHARED page; the parent only reports it, never acts
  * on it (a compromised worker can write it too). */
 struct lb_services_status {
@@ -72,6 +77,7 @@ struct lb_net {
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
 	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */
+	struct lb_nft_shape base_shape;		     /* the base chains as loaded (verify compares) */
 	struct lb_uplink uplink[LB_NET_MAX_UPLINKS]; /* the uplinks lensbox configured (forwarding on, flowtable
 						      device), with the ifindex each was configured at; under lock */
 	size_t n_uplinks;
@@ -103,7 +109,7 @@ int lb_template_fill(const char *tmpl, const char *const *keys, const char *cons
 int lb_nft_remove_slot(unsigned slot, struct lb_error *err);
 /* Slots that have any object in the table (or their veth in the flowtable): bitmap of n bits set (caller's array of
  * n bools). */
-int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err);
+int lb_nft_slots_present(bool *present, size_t n, struct lb_nft_shape *ret_shape, struct lb_error *err);
 int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err);
 /* The flowtable's name (offload.nft) and the command adding (add=true) or removing ifname from its devices. */
 #define LB_NFT_FLOWTABLE "fastpath"

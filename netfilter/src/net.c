@@ -122,6 +122,16 @@ static void ip_str(uint32_t host_order, char buf[16])
 	inet_ntop(AF_INET, &be, buf, 16);
 }
 
+/* Remembers the base chains' shape as just loaded, for verify to compare with (best effort: a failed listing leaves
+ * the shape unknown, and verify then reloads once). */
+static void record_base_shape(struct lb_net *ctx)
+{
+	_cleanup_free_ bool *present = calloc(ctx->n_slots ? ctx->n_slots : 1, sizeof(bool));
+	struct lb_error e2;
+	if (!present || lb_nft_slots_present(present, ctx->n_slots, &ctx->base_shape, &e2) < 0)
+		ctx->base_shape = (struct lb_nft_shape){ 0 };
+}
+
 static int load_base(struct lb_net *ctx, struct lb_error *err)
 {
 	_cleanup_free_ char *tmpl = NULL, *text = NULL, *all = NULL;
@@ -406,6 +416,7 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	if (r < 0)
 		goto fail;
 	load_offload(ctx);
+	record_base_shape(ctx);
 	r = lb_veth_list(mark_existing, ctx, err);
 	if (r < 0)
 		goto fail;
@@ -652,7 +663,7 @@ int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_know
 	_cleanup_free_ bool *present = calloc(ctx->n_slots, sizeof(bool));
 	if (!present)
 		return lb_error_set(err, ENOMEM, "allocating");
-	int r = lb_nft_slots_present(present, ctx->n_slots, err);
+	int r = lb_nft_slots_present(present, ctx->n_slots, NULL, err);
 	if (r < 0)
 		return lb_error_wrap(err, "reconciling the network");
 	unsigned removed = 0;
@@ -691,9 +702,14 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 	 * sandbox's rules: the flowtable's devices come back with them. Only speed depends on it, never a policy. */
 	if (table && offload && !lb_nft_flowtable_present())
 		table = false;
-	int r = lb_nft_slots_present(present, ctx->n_slots, err);
+	struct lb_nft_shape shape;
+	int r = lb_nft_slots_present(present, ctx->n_slots, &shape, err);
 	if (r < 0)
 		return lb_error_wrap(err, "verifying the network rules");
+	/* A base chain flushed, deleted or given someone else's rule: the table is reloaded whole, as when it is gone
+	 * (its chains hold every sandbox's first and last word: the denies before any allow, the final refusals). */
+	if (table && (shape.chains != ctx->base_shape.chains || shape.rules != ctx->base_shape.rules))
+		table = false;
 	unsigned n_broken = 0;
 	pthread_mutex_lock(&ctx->lock);
 	for (size_t i = 0; i < ctx->n_slots; i++)
@@ -719,6 +735,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 		if (r < 0)
 			return lb_error_wrap(err, "reloading lensbox's table");
 		load_offload(ctx);
+		record_base_shape(ctx);
 	}
 	for (size_t i = 0; i < ctx->n_slots; i++) {
 		if (!broken[i])

@@ -328,10 +328,26 @@ static void collect_presence(const char *kind, const char *name, yajl_val item, 
 	}
 }
 
-int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err)
+/* The base chains' shape: how many chains and rules the table holds outside the sandboxes' own sb<N>_* chains. */
+static void base_shape(yajl_val root, struct lb_nft_shape *shape)
+{
+	yajl_val arr = obj_get(root, "nftables");
+	for (size_t i = 0; YAJL_IS_ARRAY(arr) && i < arr->u.array.len; i++) {
+		yajl_val o = arr->u.array.values[i], item;
+		unsigned s;
+		if ((item = obj_get(o, "chain")) && !slot_of_name(str_of(obj_get(item, "name")), &s))
+			shape->chains++;
+		else if ((item = obj_get(o, "rule")) && !slot_of_name(str_of(obj_get(item, "chain")), &s))
+			shape->rules++;
+	}
+}
+
+int lb_nft_slots_present(bool *present, size_t n, struct lb_nft_shape *ret_shape, struct lb_error *err)
 {
 	__attribute__((cleanup(yajl_freep))) yajl_val root = NULL;
 	struct lb_error e2;
+	if (ret_shape)
+		*ret_shape = (struct lb_nft_shape){ 0 };
 	int r = list_table(&root, &e2);
 	if (r == -ENOENT)
 		return 0;
@@ -341,6 +357,8 @@ int lb_nft_slots_present(bool *present, size_t n, struct lb_error *err)
 	}
 	struct presence p = { present, n };
 	each_object(root, collect_presence, &p);
+	if (ret_shape)
+		base_shape(root, ret_shape);
 	return 0;
 }
 
