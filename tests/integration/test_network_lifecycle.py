@@ -161,6 +161,7 @@ def test_a_tampered_base_chain_is_restored(world):
     # the forward chain flushed: the LAN is no longer refused by it (the tier chain is never reached)
     nw.sh("nft", "flush", "chain", "inet", "lensbox", "through_host", ns=world.host)
     assert "vmap @sandbox_fwd" not in table(world)
+    assert world.probe(sb, op="http", host=nw.LAN_IP, port=80)["ok"]  # the hole verify must close
     assert world.ctl.ok("verify") == ["2"]  # the table and the sandbox
     assert "iifname vmap @sandbox_fwd" in table(world)
     r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
