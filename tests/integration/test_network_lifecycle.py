@@ -156,22 +156,23 @@ def test_a_tampered_base_chain_is_restored(world):
     place: verify notices (the base chains' shape changed) and reloads the table whole, failing closed meanwhile."""
     sb = world.add_sandbox("tampered", "web")
     assert world.ctl.ok("verify") == ["0"]
-    r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
+    r = world.probe(sb, op="http", host=nw.SITE_IP, port=8080)
     assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
-    # the forward chain flushed: the LAN is no longer refused by it (the tier chain is never reached)
+    # the forward chain flushed: the tier's chain is never reached, so a port web does not allow gets through
     nw.sh("nft", "flush", "chain", "inet", "lensbox", "through_host", ns=world.host)
     assert "vmap @sandbox_fwd" not in table(world)
-    assert world.probe(sb, op="http", host=nw.LAN_IP, port=80)["ok"]  # the hole verify must close
+    r = world.probe(sb, op="http", host=nw.SITE_IP, port=8080)
+    assert r["ok"], r  # the hole verify must close
     assert world.ctl.ok("verify") == ["2"]  # the table and the sandbox
     assert "iifname vmap @sandbox_fwd" in table(world)
-    r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
+    r = world.probe(sb, op="http", host=nw.SITE_IP, port=8080)
     assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
     assert world.probe(sb, op="http", host=nw.SITE, port=80)["ok"]
     # an accept slipped in front of the forward chain's rules: reloaded away too
     nw.sh("nft", "insert", "rule", "inet", "lensbox", "through_host", "accept", ns=world.host)
     assert world.ctl.ok("verify") == ["2"]
     assert not re.search(r"through_host \{[^}]*?hook forward[^}]*?\n\s*accept\n", table(world)), table(world)
-    r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
+    r = world.probe(sb, op="http", host=nw.SITE_IP, port=8080)
     assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
     # a base chain deleted outright (flushed first, as nft requires)
     nw.sh("nft", "flush", "chain", "inet", "lensbox", "from_host", ns=world.host)
