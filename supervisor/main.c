@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -87,6 +88,23 @@ static void move_to_leaf_cgroup(void)
 		lb_warn("cgroup=daemon", "could not move lensboxd into %s", leaf);
 	else
 		lb_info("cgroup=daemon", "lensboxd moved into its leaf cgroup %s", leaf);
+}
+
+/* Each relayed connection holds up to six descriptors in the services' worker, each run and sandbox a few here: a
+ * default soft limit of 1024 (lensboxd started outside its unit, which sets 65536) would run out under a few busy
+ * sandboxes. The soft limit goes up to the hard one, at most 65536, as the unit's LimitNOFILE. The services inherit
+ * it. libmicrohttpd polls (MHD_USE_POLL), so descriptors above FD_SETSIZE are fine. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	rlim_t want = rl.rlim_max < 65536 ? rl.rlim_max : 65536;
+	if (rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		lb_warn(NULL, "raising the open-file limit to %llu: %s", (unsigned long long)want, strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -202,6 +220,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a client that disconnects must not kill the daemon */
 	umask(0022);		  /* runner/ creates directories the sandbox's uid must enter; private ones pass 0700 */
+	raise_fd_limit();
 
 	if (geteuid() != 0)
 		lb_warn(NULL, "lensboxd is not running as root: sandboxes will not start");

@@ -649,8 +649,15 @@ static void *relay_main(void *arg)
 		if (p[1].revents)
 			return NULL;
 		int fd = accept4(s->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-		if (fd < 0)
+		if (fd < 0) {
+			/* Out of descriptors or memory: the connection stays queued and poll() would wake at once, so
+			 * pause instead of spinning until relayed connections end and free some. */
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+				struct timespec ts = { 0, 10L * 1000 * 1000 };
+				nanosleep(&ts, NULL);
+			}
 			continue;
+		}
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 		if (atomic_fetch_add(&s->ctx->relay_conns, 1) >= LB_RELAY_CONNS_MAX) {
 			atomic_fetch_sub(&s->ctx->relay_conns, 1);

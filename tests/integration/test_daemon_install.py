@@ -48,3 +48,20 @@ def test_install_layout_and_unit(tmp_path):
         assert open(os.path.join(policy, name), "rb").read() == open(os.path.join(SOURCE_DIR, "policy", name), "rb").read()
     assert not os.path.exists(os.path.join(policy, "src"))
     assert os.path.isfile(os.path.join(root, "share", "doc", "lensbox", "operations.md"))
+
+
+def test_open_file_limit_is_raised_outside_the_unit():
+    """Started by hand with a soft limit of 1024 open files, lensboxd raises its own to the hard limit (at most 65536,
+    as the unit's LimitNOFILE): a few busy sandboxes' relayed connections would otherwise exhaust it."""
+    import resource
+    from lensbox_testlib.lensboxd import Daemon
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, 65536)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        with Daemon() as d:
+            limits = open(f"/proc/{d.proc.pid}/limits").read()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    row = [line for line in limits.splitlines() if line.startswith("Max open files")][0].split()
+    assert int(row[3]) == want, row
