@@ -5,7 +5,6 @@ exit codes and signals, a setup failure that names its step, and the process sta
 capabilities, securebits, no_new_privs, seccomp mode, clean environment, fds 0-2 only, stdin /dev/null, cwd).
 """
 
-import ctypes
 import json
 import os
 import sys
@@ -13,13 +12,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lensbox_testlib.runner import RunnerEnv  # noqa: E402
-
-
-def kernel_landlock_abi():
-    libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset(VERSION)
-    return max(abi, 0)
+from lensbox_testlib.runner import RunnerEnv, kernel_landlock_abi  # noqa: E402
 
 
 def host_cgroup_version():

@@ -23,6 +23,14 @@ POLICY_DIR = os.path.join(SOURCE_DIR, "policy")
 _counter = itertools.count()
 
 
+def kernel_landlock_abi():
+    """The kernel's best Landlock ABI (landlock_create_ruleset with LANDLOCK_CREATE_RULESET_VERSION), 0 when off."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(abi, 0)
+
+
 def rootfs():
     path = os.environ.get("LENSBOX_TEST_ROOTFS")
     return path if path else images.default_rootfs()
