@@ -10,8 +10,8 @@
  *                                 unshare(cgroup), clone(VM|VFORK|PARENT) ──> C2 (pid-ns member, the caller's
  *                                 child): setsid, default signals, stdin /dev/null, stdout/stderr to the pipes,
  *                                 bounding set empty, securebits locked, non-dumpable, setresgid/setresuid(sandbox
- *                                 ids), every capability set empty, RLIMIT_CORE 0, chdir, the caller's CPU
- *                                 affinity back, no_new_privs, Landlock, every other fd closed, seccomp last, execve.
+ *                                 ids), every capability set empty, RLIMIT_CORE 0, chdir, the sandbox's CPUs
+ *                                 as affinity, no_new_privs, Landlock, every other fd closed, seccomp last, execve.
  *                                 C1 resumes once C2 has exec'd (or failed), reports C2's pid and exits.
  *
  * Why shared memory (CLONE_VM) and why it is safe. A fork of lensboxd copies ~300 mappings and its page tables
@@ -96,8 +96,9 @@ struct exec_plan {
 	int init_pidfd;
 	uint32_t uid, gid;
 	void *c2_stack; /* top of C2's stack */
-	bool pinned;	/* C1 and C2 run on the caller's CPU: C2 gives the program `cpus` back */
+	bool pinned;	/* C1 and C2 run on the caller's CPU (the caller's affinity is `cpus`) */
 	cpu_set_t cpus; /* the caller's affinity */
+	const cpu_set_t *sandbox_cpus; /* the program's affinity (cpus.c) */
 };
 
 static void strv_free(char **v)
@@ -279,8 +280,9 @@ static int c2_main(void *arg)
 		fail_child(rep, "chdir to the working directory", errno);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		fail_child(rep, "no_new_privs", errno);
-	if (p->pinned && sched_setaffinity(0, sizeof(p->cpus), &p->cpus) < 0)
-		fail_child(rep, "restoring the CPU affinity", errno);
+	/* The sandbox's own CPUs, as many as its limit: pools sized by the CPU count fit its share (cpus.c). */
+	if (sched_setaffinity(0, sizeof(*p->sandbox_cpus), p->sandbox_cpus) < 0)
+		fail_child(rep, "setting the sandbox's CPU affinity", errno);
 	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) < 0)
 		fail_child(rep, "landlock_restrict_self", errno);
 	/* Only 0, 1, 2 and the report pipe (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
@@ -470,6 +472,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	memset(&p, 0, sizeof(p));
 	p.cwd = cwd;
 	p.landlock_fd = sb->landlock_fd;
+	p.sandbox_cpus = &sb->cpus;
 	p.seccomp = &sb->policy->seccomp;
 	p.init_pidfd = sb->init_pidfd;
 	p.uid = sb->uid;

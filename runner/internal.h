@@ -9,6 +9,7 @@
 #define LB_RUNNER_INTERNAL_H
 
 #include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -21,6 +22,8 @@
 
 /* The uid and gid every program runs as inside a sandbox when the policy says nothing. */
 #define LB_SANDBOX_ID_DEFAULT 1000u
+#define LB_SANDBOX_NOBODY_ID  65534u /* nobody and nogroup inside every sandbox */
+#define LB_SANDBOX_ROOT_ID    0u
 
 #define LB_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -37,12 +40,21 @@ struct lb_sandbox {
 	int landlock_fd;   /* ruleset built at start against the sandbox's own paths; -1 when ABI 0 was allowed */
 	int landlock_abi;  /* enforced on programs */
 	uint32_t uid, gid; /* inside the sandbox */
+	uint32_t host_uid, host_gid, host_id_stride; /* the ids mapped (sandbox.c, map_ids) */
+	cpu_set_t cpus; /* the programs' affinity: ceil(cpu limit) of the caller's CPUs (cpus.c) */
 	struct lb_cgroup *cg;
 	const struct lb_policy *policy;
 	enum lb_net_tier network;
 	char *path_env;	  /* "PATH=..." for programs */
 	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
 };
+
+/* cpus.c — the CPUs a sandbox's programs run on. */
+/* ceil(cpu_millicores / 1000) CPUs of the caller's affinity from an offset spread_key picks (all of them when the
+ * limit is 0 or at least as many); never empty. */
+int lb_cpus_choose(uint32_t cpu_millicores, uint32_t spread_key, cpu_set_t *ret);
+/* The set as the kernel lists CPUs in /sys ("0-1,3"); -ENAMETOOLONG when it does not fit in size. */
+int lb_cpus_format(const cpu_set_t *set, char *buf, size_t size);
 
 /* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
 /* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */
@@ -107,7 +119,7 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err);
 int lb_landlock_abi(void); /* the kernel's best ABI, 0 when Landlock is off */
 /* Builds the ruleset of the policy for the sandbox whose init is pid (paths resolved inside its root). *ret_abi is
  * the ABI the ruleset uses; *ret_fd is -1 when the policy allowed running without Landlock and the kernel has none. */
-int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid_t pid, int *ret_fd, int *ret_abi,
+int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi,
 		      struct lb_error *err);
 
 void lb_child_report(int fd, int kind, int err, int status, const char *step);

@@ -8,8 +8,12 @@
  *
  * Access groups of policy.h map to Landlock rights: READ = read file + read dir, EXEC = execute, WRITE = write,
  * truncate, remove, make dir/reg/sock/fifo/sym and refer (never make char/block devices), DEV_IOCTL = ioctl on
- * devices. Every right the ABI knows is handled, so whatever no rule grants is denied. ABI 4 adds TCP: bind is
- * never allowed, connect only to the tier's ports. ABI 6 adds the scopes (abstract Unix sockets, signals).
+ * devices. Every filesystem right the ABI knows is handled, so whatever no rule grants is denied. ABI 6 adds the
+ * scopes (abstract Unix sockets, signals). TCP (ABI 4) is deliberately not handled: Landlock can only name ports,
+ * not addresses, so it cannot let a program reach its own loopback listener while refusing the same port
+ * elsewhere. A sandbox's network namespace is its own (tier off: only lo), nothing outside can open a connection
+ * into it (base.nft's from_host and through_host), and where its traffic may go is decided on the host, by
+ * address and port, in nftables (docs/threat-model.md, "Servers inside a sandbox").
  * Never silently unenforced: a kernel below the policy's minimum fails the start unless the policy's
  * degraded_min_abi allows it, and the enforced ABI is reported.
  */
@@ -63,7 +67,7 @@ static __u64 rights_of(unsigned access)
 	return r;
 }
 
-int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid_t pid, int *ret_fd, int *ret_abi,
+int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi,
 		      struct lb_error *err)
 {
 	const struct lb_landlock_policy *lp = &policy->landlock;
@@ -85,10 +89,6 @@ int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid
 	__u64 handled = lb_landlock_fs_all(abi);
 	struct lb_ruleset_attr attr = { .handled_access_fs = handled };
 	size_t attr_size = sizeof(__u64);
-	if (abi >= 4) {
-		attr.handled_access_net = LB_LANDLOCK_ACCESS_NET_BIND_TCP | LB_LANDLOCK_ACCESS_NET_CONNECT_TCP;
-		attr_size = 2 * sizeof(__u64);
-	}
 	if (abi >= 6) {
 		if (lp->scope_abstract_unix)
 			attr.scoped |= LB_LANDLOCK_SCOPE_ABSTRACT_UNIX;
@@ -130,16 +130,6 @@ int lb_landlock_build(const struct lb_policy *policy, enum lb_net_tier tier, pid
 			return lb_error_set(err, errno, "adding the Landlock rule for %s", rule->path);
 	}
 
-	if (abi >= 4) {
-		const struct lb_tier_policy *tp = &policy->tiers[tier];
-		for (size_t i = 0; i < tp->n_tcp_connect_ports; i++) {
-			struct lb_net_port_attr np = { .allowed_access = LB_LANDLOCK_ACCESS_NET_CONNECT_TCP,
-						       .port = tp->tcp_connect_ports[i] };
-			if (syscall(SYS_landlock_add_rule, rfd, LB_LANDLOCK_RULE_NET_PORT, &np, 0) < 0)
-				return lb_error_set(err, errno, "adding the Landlock TCP connect rule for port %u",
-						    (unsigned)tp->tcp_connect_ports[i]);
-		}
-	}
 	*ret_fd = TAKE_FD(rfd);
 	*ret_abi = abi;
 	return 0;

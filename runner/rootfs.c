@@ -145,6 +145,27 @@ struct lb_rootfs_plan *lb_rootfs_plan_new(void)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* sys/devices/system/cpu/{online,possible,present} in the skeleton: the only files of /sys a sandbox sees, listing
+ * its own CPUs (cpus.c says why), read-only like the rest of the overlay's lower layers. */
+static int write_cpu_files(const char *skel, const cpu_set_t *cpus, struct lb_error *err)
+{
+	char list[256], dir[PATH_MAX];
+	int r = lb_cpus_format(cpus, list, sizeof(list) - 1);
+	if (r < 0)
+		return lb_error_set(err, r, "listing the sandbox's CPUs");
+	strcat(list, "\n");
+	static const char *const dirs[] = { "sys", "sys/devices", "sys/devices/system", "sys/devices/system/cpu" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(dirs); i++)
+		if ((r = make_dir(skel, dirs[i], err)) < 0)
+			return r;
+	snprintf(dir, sizeof(dir), "%s/sys/devices/system/cpu", skel);
+	static const char *const files[] = { "online", "possible", "present" };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++)
+		if ((r = write_text(dir, files[i], list, err)) < 0)
+			return r;
+	return 0;
+}
+
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *p,
 		      struct lb_error *err)
 {
@@ -203,6 +224,8 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 		return r;
 	const char *resolv = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
 	if ((r = write_text(etc, "resolv.conf", resolv, err)) < 0)
+		return r;
+	if ((r = write_cpu_files(skel, &sb->cpus, err)) < 0)
 		return r;
 
 	if (mkdir(dev, 0755) < 0 && errno != EEXIST)

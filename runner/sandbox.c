@@ -29,6 +29,7 @@
 #include "lb/fileio.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/close_range.h>
@@ -133,6 +134,19 @@ static int loopback_up(void)
 	return r;
 }
 
+/* Writes text to an existing file (a sysctl), without libc's stdio. */
+static int write_file_str(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	size_t len = strlen(text);
+	ssize_t n = write(fd, text, len);
+	int r = n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+	close(fd);
+	return r;
+}
+
 /* Drops to uid/gid with nothing: bounding set emptied, then setresuid() from 0 clears permitted, effective and
  * ambient (no keep-caps), then no_new_privs and non-dumpable. */
 static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
@@ -193,6 +207,10 @@ static _Noreturn void init_main(const struct init_args *a)
 	}
 	if (r == 0 && (r = loopback_up()) < 0)
 		step = "bringing up lo";
+	/* Any port may be bound, as root could: the namespace's ports are the sandbox's alone, and nothing outside can
+	 * open a connection into it (docs/threat-model.md). The file is this netns's, as we opened it from inside. */
+	if (r == 0 && (r = write_file_str("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")) < 0)
+		step = "allowing every port to be bound (ip_unprivileged_port_start)";
 	if (r < 0) {
 		lb_child_report(a->report_fd, 'E', -r, 0, step);
 		_exit(1);
@@ -251,6 +269,27 @@ static int write_proc(pid_t pid, const char *file, const char *text, struct lb_e
 	if (r < 0)
 		return lb_error_set(err, r, "writing %s", path);
 	return 0;
+}
+
+/* Writes the child's uid_map, setgroups and gid_map. Three ids are mapped, all the sandbox's own on the host: its user
+ * (1000), nobody/nogroup (65534) and root (0), so that setuid, setgid or chown to them fail with EPERM as on Linux
+ * rather than EINVAL. No process of the sandbox can ever hold root's or nobody's id (no CAP_SETUID/CAP_CHOWN, nosuid
+ * mounts, no_new_privs, locked securebits with NOROOT), no file outside the sandbox belongs to them, and no other
+ * sandbox has them: an escaped process is still nobody else on the host. */
+static int map_ids(const struct lb_sandbox *sb, pid_t pid, struct lb_error *err)
+{
+	char map[128];
+	uint32_t s = sb->host_id_stride;
+	snprintf(map, sizeof(map), "%u %u 1\n%u %u 1\n%u %u 1\n", LB_SANDBOX_ROOT_ID, sb->host_uid + 2 * s, sb->uid,
+		 sb->host_uid, LB_SANDBOX_NOBODY_ID, sb->host_uid + s);
+	int r = write_proc(pid, "uid_map", map, err);
+	if (r < 0)
+		return r;
+	if ((r = write_proc(pid, "setgroups", "deny", err)) < 0)
+		return r;
+	snprintf(map, sizeof(map), "%u %u 1\n%u %u 1\n%u %u 1\n", LB_SANDBOX_ROOT_ID, sb->host_gid + 2 * s, sb->gid,
+		 sb->host_gid, LB_SANDBOX_NOBODY_ID, sb->host_gid + s);
+	return write_proc(pid, "gid_map", map, err);
 }
 
 static void sandbox_free(struct lb_sandbox *sb)
@@ -368,6 +407,10 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	/* Host uid 0 would make the sandbox's user the host's root for every file it touches. */
 	if (spec->host_uid == 0 || spec->host_gid == 0 || spec->host_uid == (uid_t)-1 || spec->host_gid == (gid_t)-1)
 		return lb_error_setx(err, EINVAL, "the sandbox's host uid and gid must not be 0 or -1");
+	uint64_t stride = spec->host_id_stride ? spec->host_id_stride : LB_HOST_ID_STRIDE_DEFAULT;
+	if ((uint64_t)spec->host_uid + 2 * stride >= (uid_t)-1 || (uint64_t)spec->host_gid + 2 * stride >= (gid_t)-1)
+		return lb_error_setx(err, EINVAL, "the sandbox's host ids (uid + %" PRIu64 " and + %" PRIu64
+					       ") must stay below the largest id", stride, 2 * stride);
 	if ((unsigned)spec->network > LB_NET_WEB)
 		return lb_error_setx(err, EINVAL, "unknown network tier");
 
@@ -386,8 +429,20 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	sb->policy = spec->policy;
 	sb->network = spec->network;
+	sb->host_uid = spec->host_uid;
+	sb->host_gid = spec->host_gid;
+	sb->host_id_stride = (uint32_t)stride;
 	sb->uid = spec->policy->limits.sandbox_uid ? spec->policy->limits.sandbox_uid : LB_SANDBOX_ID_DEFAULT;
 	sb->gid = spec->policy->limits.sandbox_gid ? spec->policy->limits.sandbox_gid : LB_SANDBOX_ID_DEFAULT;
+	int cr = lb_cpus_choose(spec->limits.cpu_millicores, spec->host_uid, &sb->cpus);
+	if (cr < 0) {
+		sandbox_free(sb);
+		return lb_error_set(err, cr, "choosing the sandbox's CPUs from this process's affinity");
+	}
+	if (sb->uid == LB_SANDBOX_NOBODY_ID || sb->gid == LB_SANDBOX_NOBODY_ID) {
+		sandbox_free(sb);
+		return lb_error_setx(err, EINVAL, "the policy's sandbox_uid and sandbox_gid must not be nobody (65534)");
+	}
 	int r = lb_state_paths(spec->run_dir, spec->name, sb->state_dir, sb->storage_mnt, sb->root_mnt);
 	if (r < 0) {
 		sandbox_free(sb);
@@ -514,15 +569,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	close(report[1]);
 	report[1] = -1;
 
-	/* Only the sandbox's own host uid/gid are mapped: an escaped process is nobody else on the host. */
-	char map[64];
-	snprintf(map, sizeof(map), "%u %u 1\n", sb->uid, (unsigned)spec->host_uid);
-	if ((r = write_proc(pid, "uid_map", map, err)) < 0)
-		goto fail;
-	if ((r = write_proc(pid, "setgroups", "deny", err)) < 0)
-		goto fail;
-	snprintf(map, sizeof(map), "%u %u 1\n", sb->gid, (unsigned)spec->host_gid);
-	if ((r = write_proc(pid, "gid_map", map, err)) < 0)
+	if ((r = map_ids(sb, pid, err)) < 0)
 		goto fail;
 	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
 	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
@@ -593,7 +640,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		r = lb_error_set(err, rep.err, "building the sandbox: %s", rep.step);
 		goto fail;
 	}
-	if ((r = lb_landlock_build(spec->policy, spec->network, pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
+	if ((r = lb_landlock_build(spec->policy, pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
 		goto fail;
 
 	close(release[1]);

@@ -347,14 +347,18 @@ int lbd_config_load(struct lbd_config *cfg, const char *path, bool missing_ok, s
 
 int lbd_config_validate(const struct lbd_config *cfg, struct lb_error *err)
 {
-	uint64_t end = (uint64_t)cfg->uid_range_start + cfg->uid_range_count;
+	/* Each sandbox has three host ids: its uid u, its nobody u + uid_range_count and its root u + 2 *
+	 * uid_range_count (lbd_runner_spec), so the ids given to sandboxes are [start, start + 3 * count). */
+	uint64_t end = (uint64_t)cfg->uid_range_start + 3 * (uint64_t)cfg->uid_range_count;
 	if (end > UINT32_MAX - 1)
-		return lb_error_setx(err, ERANGE, "uid_range_start + uid_range_count passes the largest uid");
+		return lb_error_setx(err, ERANGE,
+				     "uid_range_start + 3 * uid_range_count (each sandbox's uid, nobody and root) passes "
+				     "the largest uid");
 	/* A sandbox given the services' uid could signal them, or see its own traffic's parsers as its peer. */
 	if (cfg->services_uid && cfg->services_uid >= cfg->uid_range_start && cfg->services_uid < end)
 		return lb_error_setx(err, ERANGE,
-				     "services_uid %u lies in the sandboxes' uid range (uid_range_start %u, "
-				     "uid_range_count %u)",
+				     "services_uid %u lies in the sandboxes' ids (uid_range_start %u to "
+				     "uid_range_start + 3 * uid_range_count %u)",
 				     cfg->services_uid, cfg->uid_range_start, cfg->uid_range_count);
 	if (strlen(cfg->state_dir) > 150 || strlen(cfg->run_dir) > 150)
 		return lb_error_setx(err, ENAMETOOLONG, "state_dir and run_dir must be at most 150 characters");

@@ -117,6 +117,8 @@ void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint
 		.run_dir = d->cfg.run_dir,
 		.host_uid = uid,
 		.host_gid = uid,
+		/* its nobody and root: the same place in the two ranges above the sandboxes' (lbd_config_validate) */
+		.host_id_stride = d->cfg.uid_range_count,
 		.limits = { .cpu_millicores = spec->cpu_millicores,
 			    .memory_bytes = spec->memory_bytes,
 			    .pids = lp->pids,

@@ -1,6 +1,5 @@
 /*
- * conf.c — parses the two `key = value` policy files: limits.conf (default sandbox limits) and network/tiers.conf
- * (the TCP ports each network tier lets a sandbox connect to through Landlock).
+ * conf.c — parses limits.conf, the `key = value` policy file of default sandbox limits.
  *
  * Runs in lensboxd (root) and lensbox-runner at policy load; needs no privilege. One `key = value` a line, `#`
  * starts a comment, blank lines are ignored. Every key must be known and appear exactly once; values go through
@@ -17,7 +16,6 @@
 #include <string.h>
 
 #define MAX_LINE  1024
-#define MAX_PORTS 64
 
 /* Calls fn(key, value, lineno) for each `key = value` line; stops at the first error. */
 typedef int (*kv_fn)(void *ud, const char *key, char *value, unsigned lineno, const char *name, struct lb_error *err);
@@ -141,8 +139,8 @@ static int limits_kv(void *ud, const char *key, char *value, unsigned lineno, co
 	case K_UID:
 	case K_GID:
 		/* 0 would make the program root of its user namespace; 65535 is the kernel's overflow id. */
-		want = "an id 1..65534 (never 0: the program must not be root of its namespace)";
-		r = parse_uint(value, 65534, &v);
+		want = "an id 1..65533 (never 0: the program must not be root of its namespace; 65534 is nobody)";
+		r = parse_uint(value, 65533, &v);
 		if (r == 0 && v == 0)
 			r = -ERANGE;
 		*(k == K_UID ? &o->sandbox_uid : &o->sandbox_gid) = (uint32_t)v;
@@ -166,75 +164,5 @@ int lb_limits_parse(const char *text, const char *name, struct lb_limits_policy 
 		if (!st.seen[k])
 			return lb_error_setx(err, EINVAL, "%s: missing \"%s\"", name, limit_keys[k]);
 	*ret = st.out;
-	return 0;
-}
-
-static const char *const tier_names[3] = { "off", "packages", "web" };
-
-struct tiers_state {
-	struct lb_tier_policy t[3];
-	bool seen[3];
-};
-
-static int tiers_kv(void *ud, const char *key, char *value, unsigned lineno, const char *name, struct lb_error *err)
-{
-	struct tiers_state *st = ud;
-	size_t k;
-	for (k = 0; k < 3 && strcmp(key, tier_names[k]) != 0; k++)
-		;
-	if (k == 3)
-		return lb_error_setx(err, EINVAL, "%s:%u: unknown tier \"%s\" (off, packages, web)", name, lineno, key);
-	if (st->seen[k])
-		return lb_error_setx(err, EINVAL, "%s:%u: tier \"%s\" given twice", name, lineno, key);
-	st->seen[k] = true;
-	struct lb_tier_policy *t = &st->t[k];
-	snprintf(t->name, sizeof(t->name), "%s", key);
-	if (strcmp(value, "none") == 0)
-		return 0;
-	uint16_t ports[MAX_PORTS];
-	size_t n = 0;
-	char *save = NULL;
-	for (char *w = strtok_r(value, " \t", &save); w; w = strtok_r(NULL, " \t", &save)) {
-		uint64_t v;
-		if (parse_uint(w, 65535, &v) < 0 || v == 0)
-			return lb_error_setx(err, EINVAL, "%s:%u: \"%s\" is not a TCP port 1..65535", name, lineno, w);
-		for (size_t i = 0; i < n; i++)
-			if (ports[i] == v)
-				return lb_error_setx(err, EINVAL, "%s:%u: port %" PRIu64 " listed twice", name, lineno,
-						     v);
-		if (n == MAX_PORTS)
-			return lb_error_setx(err, E2BIG, "%s:%u: more than %d ports", name, lineno, MAX_PORTS);
-		ports[n++] = (uint16_t)v;
-	}
-	if (n == 0)
-		return lb_error_setx(err, EINVAL, "%s:%u: list the ports, or write \"none\"", name, lineno);
-	t->tcp_connect_ports = malloc(n * sizeof(uint16_t));
-	if (!t->tcp_connect_ports)
-		return lb_error_set(err, ENOMEM, "%s:%u", name, lineno);
-	memcpy(t->tcp_connect_ports, ports, n * sizeof(uint16_t));
-	t->n_tcp_connect_ports = n;
-	return 0;
-}
-
-void lb_tiers_clear(struct lb_tier_policy tiers[3])
-{
-	for (size_t i = 0; i < 3; i++) {
-		free(tiers[i].tcp_connect_ports);
-		tiers[i] = (struct lb_tier_policy){ 0 };
-	}
-}
-
-int lb_tiers_parse(const char *text, const char *name, struct lb_tier_policy ret[3], struct lb_error *err)
-{
-	struct tiers_state st = { 0 };
-	int r = each_kv(text, name, tiers_kv, &st, err);
-	for (size_t k = 0; r == 0 && k < 3; k++)
-		if (!st.seen[k])
-			r = lb_error_setx(err, EINVAL, "%s: missing tier \"%s\"", name, tier_names[k]);
-	if (r < 0) {
-		lb_tiers_clear(st.t);
-		return r;
-	}
-	memcpy(ret, st.t, sizeof(st.t));
 	return 0;
 }

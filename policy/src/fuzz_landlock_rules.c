@@ -1,6 +1,6 @@
 /*
- * fuzz_landlock_rules.c — libFuzzer target for the line-format policy parsers (landlock.rules, limits.conf,
- * tiers.conf): the first byte picks the parser, the rest is the file. Built only with -DLENSBOX_FUZZ=ON and clang;
+ * fuzz_landlock_rules.c — libFuzzer target for the line-format policy parsers (landlock.rules, limits.conf):
+ * the first byte picks the parser, the rest is the file. Built only with -DLENSBOX_FUZZ=ON and clang;
  * seeds in policy/fuzz-corpus/rules.
  */
 #include "lb/policy-parse.h"
@@ -21,22 +21,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(text, data + 1, size - 1);
 	text[size - 1] = '\0';
 	struct lb_error err = { 0 };
-	switch (data[0] % 3) {
+	switch (data[0] % 2) {
 	case 0: {
 		struct lb_landlock_policy p = { 0 };
 		if (lb_landlock_parse(text, "fuzz.rules", &p, &err) == 0)
 			lb_landlock_policy_clear(&p);
 		break;
 	}
-	case 1: {
+	default: {
 		struct lb_limits_policy l;
 		(void)lb_limits_parse(text, "fuzz.conf", &l, &err);
-		break;
-	}
-	default: {
-		struct lb_tier_policy t[3] = { 0 };
-		if (lb_tiers_parse(text, "fuzz.conf", t, &err) == 0)
-			lb_tiers_clear(t);
 		break;
 	}
 	}

@@ -70,7 +70,7 @@ int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_poli
 	if (!p || !(p->dir = strdup(dir)))
 		return lb_error_set(err, ENOMEM, "loading policy %s", dir);
 
-	static const char *const files[] = { "seccomp.json", "landlock.rules", "limits.conf", "network/tiers.conf" };
+	static const char *const files[] = { "seccomp.json", "landlock.rules", "limits.conf" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
 		_cleanup_free_ char *text = NULL;
 		size_t len = 0;
@@ -86,13 +86,9 @@ int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_poli
 			r = memchr(text, '\0', len) ? lb_error_setx(err, EINVAL, "%s: NUL byte", files[i])
 						    : lb_landlock_parse(text, files[i], &p->landlock, err);
 			break;
-		case 2:
-			r = memchr(text, '\0', len) ? lb_error_setx(err, EINVAL, "%s: NUL byte", files[i])
-						    : lb_limits_parse(text, files[i], &p->limits, err);
-			break;
 		default:
 			r = memchr(text, '\0', len) ? lb_error_setx(err, EINVAL, "%s: NUL byte", files[i])
-						    : lb_tiers_parse(text, files[i], p->tiers, err);
+						    : lb_limits_parse(text, files[i], &p->limits, err);
 			break;
 		}
 		if (r < 0)
@@ -114,14 +110,5 @@ void lb_policy_free(struct lb_policy *p)
 	free(p->dir);
 	free(p->seccomp.filter);
 	lb_landlock_policy_clear(&p->landlock);
-	lb_tiers_clear(p->tiers);
 	free(p);
-}
-
-const struct lb_tier_policy *lb_policy_tier(const struct lb_policy *p, const char *name)
-{
-	for (size_t i = 0; p && name && i < LB_ARRAY_SIZE(p->tiers); i++)
-		if (strcmp(p->tiers[i].name, name) == 0)
-			return &p->tiers[i];
-	return NULL;
 }

@@ -51,6 +51,7 @@ static void usage(FILE *f)
 		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
 		   "       [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]\n"
 		   "       [--seccomp-cache DIR | --no-seccomp-cache] [--keep] -- program [args...]\n"
+		   "       (inside, nobody 65534 is host uid/gid + 65536 and root 0 is + 131072)\n"
 		   "       lensbox-runner --cleanup NAME [--run-dir DIR]\n"
 		   "       lensbox-runner --probe [--policy DIR]\n");
 }
@@ -537,12 +538,13 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < LB_ARRAY_SIZE(ns); i++)
 		gen_str(g, ns[i]);
 	yajl_gen_array_close(g);
-	char map[64];
+	char map[96];
 	unsigned in_uid = policy->limits.sandbox_uid ? policy->limits.sandbox_uid : 1000;
 	unsigned in_gid = policy->limits.sandbox_gid ? policy->limits.sandbox_gid : 1000;
-	snprintf(map, sizeof(map), "%u %lu 1", in_uid, uid);
+	const unsigned long s = LB_HOST_ID_STRIDE_DEFAULT;
+	snprintf(map, sizeof(map), "0 %lu 1\n%u %lu 1\n65534 %lu 1", uid + 2 * s, in_uid, uid, uid + s);
 	gen_kv_str(g, "uid_map", map);
-	snprintf(map, sizeof(map), "%u %lu 1", in_gid, gid);
+	snprintf(map, sizeof(map), "0 %lu 1\n%u %lu 1\n65534 %lu 1", gid + 2 * s, in_gid, gid, gid + s);
 	gen_kv_str(g, "gid_map", map);
 	gen_kv_str(g, "network", tier_name(spec.network));
 	yajl_gen_map_close(g);

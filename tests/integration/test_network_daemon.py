@@ -81,7 +81,7 @@ def test_web_run_through_lensboxd(env):
     run = d.ok_run(d.name("web"), program(w, ops), sandbox={"network": "web"})
     r = results(run)
     assert r[0]["ok"] and '"site": "site"' in r[0]["body"], r[0]
-    assert [x.get("error") for x in r[1:]] == ["ECONNREFUSED", "ECONNREFUSED", "EACCES", "EAI_NONAME"], r
+    assert [x.get("error") for x in r[1:]] == ["ECONNREFUSED", "ECONNREFUSED", "ECONNREFUSED", "EAI_NONAME"], r
     assert all(x["elapsed"] < 1.0 for x in r[1:]), r
 
 
@@ -110,7 +110,7 @@ def test_off_run_through_lensboxd(env):
     w, d = env
     ops = [{"op": "http", "host": nw.SITE_IP, "port": 80}, {"op": "udp", "addr": nw.DNS_IP, "port": 53}]
     run = d.ok_run(d.name("off"), program(w, ops))
-    assert [x.get("error") for x in results(run)] == ["EACCES", "ENETUNREACH"], run
+    assert [x.get("error") for x in results(run)] == ["ENETUNREACH", "ENETUNREACH"], run  # only lo: no route out
 
 
 def test_health_names_a_foreign_forward_drop(env):

@@ -44,7 +44,8 @@ def test_sum_prints_45_with_isolation_report(env):
     assert iso["cgroup_version"] == host_cgroup_version()
     assert iso["seccomp"]["mode"] == 2 and iso["seccomp"]["allowed_syscalls"] > 100
     assert set(iso["namespaces"]) == {"user", "mnt", "pid", "ipc", "uts", "net", "cgroup"}
-    assert iso["uid_map"] == "1000 200000 1"
+    # its root (0), user (1000) and nobody (65534): host ids of its own, 65536 apart
+    assert iso["uid_map"] == "0 331072 1\n1000 200000 1\n65534 265536 1"
 
 
 def test_exit_code_and_signal(env):

@@ -31,7 +31,7 @@ def test_six_sandboxes_at_once(env):
     for i, r in enumerate(results):
         assert r.rc == 0, r
         assert r["stdout"] == f"par-{os.getpid()}-{i} {i}\n"
-        assert r["isolation"]["uid_map"] == f"1000 {310000 + i} 1"
+        assert r["isolation"]["uid_map"] == f"0 {310000 + 131072 + i} 1\n1000 {310000 + i} 1\n65534 {310000 + 65536 + i} 1"
 
 
 def test_same_storage_twice_at_once_is_refused(env):

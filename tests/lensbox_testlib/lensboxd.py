@@ -92,8 +92,9 @@ class Daemon:
         self.state = os.path.join(self.dir, "state")
         self.run_dir = os.path.join(self.dir, "run")
         self.prefix = f"t{os.getpid() % 100000}-{random.randrange(36 ** 3):03x}"
-        # A host-uid range of its own: daemons of parallel tests must never share a uid.
-        self.uid_start = 1_100_000_000 + random.randrange(20000) * 10000
+        # A host-uid range of its own: daemons of parallel tests must never share a uid. Each sandbox has three ids,
+        # its uid, its nobody and its root, uid_range_count apart, so a daemon holds 30000 ids from uid_start.
+        self.uid_start = 1_100_000_000 + random.randrange(10000) * 30000
         self.settings = {
             "uid_range_start": str(self.uid_start),
             "uid_range_count": "10000",

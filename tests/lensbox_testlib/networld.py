@@ -45,6 +45,37 @@ def sh(*args, check=True, ns=None, **kw):
     return subprocess.run(cmd, check=check, capture_output=True, text=True, **kw)
 
 
+# Run in the world's host namespace with argv ADDR TCP_PORT UDP_PORT: as root and as uid 65534 (any other local
+# user), a TCP connect (2 s timeout) and a UDP datagram "from-the-host" to a sandbox. Prints
+# {"0": {"tcp": errno-name or "ok", "fast": connect answered within 1 s, "udp": ...}, "65534": {...}}.
+HOST_TO_SANDBOX = r"""
+import errno, json, os, socket, sys, time
+addr, tcp_port, udp_port, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), {}
+for uid in (0, 65534):  # root, and any other local user
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        if uid:
+            os.setgroups([]); os.setresgid(uid, uid, uid); os.setresuid(uid, uid, uid)
+        res = {}
+        s = socket.socket(); s.settimeout(2); t = time.monotonic()
+        try:
+            s.connect((addr, tcp_port)); res["tcp"] = "ok"
+        except OSError as e:
+            res["tcp"] = errno.errorcode.get(e.errno, str(e))
+        res["fast"] = time.monotonic() - t < 1
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.sendto(b"from-the-host", (addr, udp_port)); res["udp"] = "ok"
+        except OSError as e:
+            res["udp"] = errno.errorcode.get(e.errno, str(e))
+        os.write(w, json.dumps(res).encode()); os._exit(0)
+    os.close(w); os.waitpid(pid, 0)
+    out[str(uid)] = json.loads(os.read(r, 4096))
+print(json.dumps(out))
+"""
+
+
 class NetCtl:
     """lensbox-net serve, running in the world's host namespace; one command a line."""
 

@@ -6,18 +6,23 @@ import pytest
 from lensbox_testlib.attack import refused, succeeded
 
 ATTACKS = [
-    # Host root is not mapped in the sandbox's user namespace: uid/gid 0 do not exist there (EINVAL).
-    ("setuid_root", ["setuid", 0], "EINVAL"),
-    ("setgid_root", ["setgid", 0], "EINVAL"),
-    ("setuid_overflow_nobody", ["setuid", 65534], "EINVAL"),
+    # Root (0) and nobody (65534) are mapped, to host ids of the sandbox's own (not the host's root): changing to
+    # them needs CAP_SETUID/CAP_SETGID, which the program lacks (EPERM, as on Linux).
+    ("setuid_root", ["setuid", 0], "EPERM"),
+    ("setgid_root", ["setgid", 0], "EPERM"),
+    ("setuid_nobody", ["setuid", 65534], "EPERM"),
+    ("setgid_nogroup", ["setgid", 65534], "EPERM"),
+    # Any other id does not exist in the namespace (EINVAL).
+    ("setuid_unmapped", ["setuid", 1001], "EINVAL"),
     ("setgroups_root", ["setgroups", 0], "EPERM"),
     ("capset_all", ["capset"], "EPERM"),
     ("unlock_securebits", ["securebits", 0], "EPERM"),
     # Families seccomp allows, types that need CAP_NET_RAW (which the program lacks even in its own netns).
     ("raw_icmp_socket", ["socket", "inet", "raw", 1], "EPERM"),
     ("raw_ipv6_socket", ["socket", "inet6", "raw", 58], "EPERM"),
-    ("chown_to_root", ["chown", "/sandbox/f", 0, 0], "EINVAL"),
-    ("chown_to_mapped_other_gid", ["chown", "/sandbox/f", -1, 1001], "EINVAL"),
+    ("chown_to_root", ["chown", "/sandbox/f", 0, 0], "EPERM"),
+    ("chown_to_nobody", ["chown", "/sandbox/f", 65534, 65534], "EPERM"),
+    ("chown_to_unmapped_gid", ["chown", "/sandbox/f", -1, 1001], "EINVAL"),
     # A valid VFS_CAP_REVISION_2 value granting every capability: needs CAP_SETFCAP.
     ("file_capability_xattr", ["setxattr", "/sandbox/f", "security.capability",
                                "hex:01000002" + "ffffffff" + "00000000" + "ffffffff" + "00000000"], "EPERM"),

@@ -1,7 +1,8 @@
 """Attacks on the Landlock layer: writes outside /sandbox, /tmp, /dev/shm and the device nodes are refused even
-where the mount and file permissions would allow them, TCP connect and bind are refused in the `off` tier, and
-signals cannot leave the sandbox's Landlock domain. Expected answers: EACCES for filesystem and network rules,
-EPERM for the signal scope (the errnos Landlock documents)."""
+where the mount and file permissions would allow them, and signals cannot leave the sandbox's Landlock domain.
+Expected answers: EACCES for filesystem rules, EPERM for the signal scope (the errnos Landlock documents).
+TCP is not Landlock's to refuse (runner/landlock.c says why): binding any port of the sandbox's own network
+namespace works; security/test_listeners.py proves nothing outside reaches such a listener."""
 
 import json
 import subprocess
@@ -18,13 +19,6 @@ ATTACKS = [
     ("write_proc_self_setgroups", ["write", "/proc/self/setgroups", "deny"], "EACCES"),
     ("write_proc_self_uid_map", ["write", "/proc/self/uid_map", "0 0 1"], "EACCES"),
     ("write_proc_self_mem", ["open", "/proc/self/mem", "rdwr"], "EACCES"),
-    ("tcp_connect_loopback_80", ["tcp-connect", "127.0.0.1", 80], "EACCES"),
-    ("tcp_connect_loopback_443", ["tcp-connect", "127.0.0.1", 443], "EACCES"),
-    ("tcp6_connect_loopback_443", ["tcp-connect", "::1", 443], "EACCES"),
-    ("tcp_connect_ssh_loopback", ["tcp-connect", "127.0.0.2", 22], "EACCES"),
-    ("tcp_bind_8080", ["tcp-bind", 8080], "EACCES"),
-    ("tcp_bind_ephemeral", ["tcp-bind", 0], "EACCES"),
-    ("tcp6_bind", ["tcp-bind", 8443, "::1"], "EACCES"),
     # pid 1 is the sandbox's init: same uid, but outside this run's Landlock domain (ABI 6 signal scope).
     ("signal_init", ["kill", 1, 15], "EPERM"),
     ("signal_init_probe_only", ["kill", 1, 0], "EPERM"),
@@ -40,6 +34,10 @@ ALLOWED = [
     ("fifo_in_tmp", ["mknod", "/tmp/fifo", "p"]),
     ("truncate_sandbox", ["truncate", "/sandbox/f", 0]),
     ("read_image", ["read", "/bin/busybox", 4]),
+    # the sandbox's own ports, privileged ones included (ip_unprivileged_port_start is 0 in its namespace)
+    ("tcp_bind_8080", ["tcp-bind", 8080]),
+    ("tcp_bind_80", ["tcp-bind", 80]),
+    ("tcp_bind_ephemeral", ["tcp-bind", 0]),
 ]
 
 

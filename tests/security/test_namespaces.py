@@ -30,7 +30,8 @@ ATTACKS = [
 @pytest.fixture(scope="module")
 def batch(lab):
     return lab.script([a[1] for a in ATTACKS] + [["status"], ["ps"], ["read", "/proc/self/cgroup"],
-                                                  ["ls", "/sys"]])
+                                                  ["ls", "/sys"], ["ls", "/sys/devices/system/cpu"],
+                                                  ["ls", "/sys/devices/system"], ["ls", "/sys/devices"]])
 
 
 @pytest.mark.parametrize("i", range(len(ATTACKS)), ids=[a[0] for a in ATTACKS])
@@ -61,9 +62,15 @@ def test_cgroup_namespace_hides_host_path(batch):
         assert line.endswith(":/"), f"cgroup path of the host visible: {line!r}"
 
 
-def test_no_sys(batch):
+def test_sys_holds_only_the_cpu_list(batch):
+    """/sys is no sysfs: the skeleton's three read-only files that list the sandbox's CPUs (runner/cpus.c), nothing
+    of the kernel's objects."""
     outs, res = batch
-    refused(outs[len(ATTACKS) + 3], "ENOENT", res)
+    listed = outs[len(ATTACKS) + 3:len(ATTACKS) + 7]
+    for o in listed:
+        succeeded(o, res)
+    assert [sorted(o["entries"]) for o in listed] == [["devices"], ["online", "possible", "present"], ["cpu"],
+                                                      ["system"]], listed
 
 
 def _wait_for_pids(lab, uid, timeout=10):

@@ -43,9 +43,5 @@ void lb_landlock_policy_clear(struct lb_landlock_policy *p);
 /* Parses limits.conf: every key exactly once, values through lib/units.h. */
 int lb_limits_parse(const char *text, const char *name, struct lb_limits_policy *ret, struct lb_error *err);
 
-/* Parses network/tiers.conf into tiers[0..2] = off, packages, web; every tier exactly once. On success the port
- * arrays are the caller's (lb_tiers_clear). */
-int lb_tiers_parse(const char *text, const char *name, struct lb_tier_policy ret[3], struct lb_error *err);
-void lb_tiers_clear(struct lb_tier_policy tiers[3]);
 
 #endif

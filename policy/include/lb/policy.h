@@ -38,13 +38,6 @@ struct lb_landlock_policy {
 	bool scope_signal;	  /* ABI 6 */
 };
 
-/* One network tier's fences that live in the sandbox (Landlock TCP rules); nftables rules live in netfilter/. */
-struct lb_tier_policy {
-	char name[16];		     /* "off", "packages", "web" */
-	uint16_t *tcp_connect_ports; /* Landlock ABI 4 connect allowlist; empty: no TCP connect at all */
-	size_t n_tcp_connect_ports;
-};
-
 struct lb_limits_policy {
 	uint32_t cpu_millicores; /* default per sandbox */
 	uint64_t memory_bytes;
@@ -64,7 +57,6 @@ struct lb_policy {
 	size_t seccomp_rules;	   /* number of syscall names allowed (for reports) */
 	bool seccomp_cached;	   /* the BPF came from the compiled-BPF cache (lb_policy_load_cached) */
 	struct lb_landlock_policy landlock;
-	struct lb_tier_policy tiers[3]; /* off, packages, web in that order */
 	struct lb_limits_policy limits;
 };
 
@@ -77,8 +69,5 @@ int lb_policy_load(const char *dir, struct lb_policy **ret, struct lb_error *err
  * lb_policy_load(). */
 int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_policy **ret, struct lb_error *err);
 void lb_policy_free(struct lb_policy *p);
-
-/* The tier named name ("off", "packages", "web") or NULL. */
-const struct lb_tier_policy *lb_policy_tier(const struct lb_policy *p, const char *name);
 
 #endif

@@ -54,13 +54,19 @@ struct lb_sandbox_limits {
 	uint64_t shm_bytes;	 /* /dev/shm */
 };
 
+/* Besides its user (policy sandbox_uid, 1000), a sandbox maps root (0) and nobody (65534) inside, to two more host
+ * ids of its own: host_uid + stride and host_uid + 2 * stride (the same for gids). The caller's allocation keeps
+ * them the sandbox's alone (lensboxd's stride is uid_range_count). No process ever holds them (docs/isolation.md). */
+#define LB_HOST_ID_STRIDE_DEFAULT 65536u
+
 struct lb_sandbox_spec {
 	const char *name;    /* ^[a-z0-9][a-z0-9._-]{0,62}$, names the cgroup, the mount and the run dir */
 	const char *rootfs;  /* unpacked image root, read-only and shared */
 	const char *storage; /* the sandbox's own persistent directory (holds its disk image) */
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
-	uid_t host_uid;	     /* unique to this sandbox; the only host uid it maps */
+	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;
+	uint32_t host_id_stride; /* nobody and root are host_uid + stride, + 2 * stride; 0: the default */
 	const char *hostname; /* NULL: the name */
 	struct lb_sandbox_limits limits;
 	enum lb_net_tier network;

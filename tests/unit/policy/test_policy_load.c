@@ -58,15 +58,6 @@ static void test_real_policy(void **state)
 	assert_int_equal(p->limits.timeout_seconds, 60);
 	assert_int_equal(p->limits.sandbox_uid, 1000);
 
-	const struct lb_tier_policy *off = lb_policy_tier(p, "off"), *web = lb_policy_tier(p, "web");
-	assert_non_null(off);
-	assert_int_equal(off->n_tcp_connect_ports, 0);
-	assert_non_null(web);
-	assert_int_equal(web->n_tcp_connect_ports, 2);
-	assert_int_equal(web->tcp_connect_ports[0], 80);
-	assert_int_equal(web->tcp_connect_ports[1], 443);
-	assert_non_null(lb_policy_tier(p, "packages"));
-	assert_null(lb_policy_tier(p, "lan"));
 	lb_policy_free(p);
 }
 
@@ -139,7 +130,8 @@ static void test_limits_errors(void **state)
 		{ LIMITS_OK "sandbox_gid = 1000\ncpu = 2\n", EINVAL, "lc:11: \"cpu\" given twice" },
 		{ "memory = lots\n", EINVAL, "lc:1: memory: expected a size" },
 		{ "memory = 12\n", ERANGE, "lc:1: memory: expected a size" },
-		{ "sandbox_uid = 0\n", ERANGE, "lc:1: sandbox_uid: expected an id 1..65534 (never 0" },
+		{ "sandbox_uid = 0\n", ERANGE, "lc:1: sandbox_uid: expected an id 1..65533 (never 0" },
+		{ "sandbox_uid = 65534\n", ERANGE, "lc:1: sandbox_uid: expected an id 1..65533" },
 		{ "sandbox_gid = 65535\n", ERANGE, "lc:1: sandbox_gid" },
 		{ "timeout = 0\n", ERANGE, "lc:1: timeout" },
 		{ "timeout = 2d\n", ERANGE, "lc:1: timeout" },
@@ -158,27 +150,6 @@ static void test_limits_errors(void **state)
 	assert_int_equal(lb_limits_parse(LIMITS_OK "sandbox_gid = 1001 # x\n", "lc", &l, &err), 0);
 	assert_int_equal(l.sandbox_gid, 1001);
 	assert_int_equal(l.tmp_bytes, 64ull << 20);
-}
-
-static void test_tiers_errors(void **state)
-{
-	(void)state;
-	static const struct bad cases[] = {
-		{ "off = none\npackages = 443\nweb = 80\nlan = 22\n", EINVAL, "tc:4: unknown tier \"lan\"" },
-		{ "off = none\npackages = 443\n", EINVAL, "tc: missing tier \"web\"" },
-		{ "off = none\noff = none\n", EINVAL, "tc:2: tier \"off\" given twice" },
-		{ "off = 0\n", EINVAL, "tc:1: \"0\" is not a TCP port" },
-		{ "off = 70000\n", EINVAL, "tc:1: \"70000\" is not a TCP port" },
-		{ "web = 80 x\n", EINVAL, "tc:1: \"x\" is not a TCP port" },
-		{ "web = 80 80\n", EINVAL, "tc:1: port 80 listed twice" },
-		{ "web =\n", EINVAL, "tc:1: list the ports, or write \"none\"" },
-	};
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct lb_tier_policy t[3] = { 0 };
-		struct lb_error err = { 0 };
-		expect_err(lb_tiers_parse(cases[i].text, "tc", t, &err), &err, &cases[i]);
-		assert_null(t[0].tcp_connect_ports);
-	}
 }
 
 #define SC_HEAD                                                                                                        \
@@ -315,28 +286,24 @@ static void test_load_errors(void **state)
 	(void)state;
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/lb-policy-test-XXXXXX");
 	assert_non_null(mkdtemp(tmpdir));
-	char sub[128];
-	snprintf(sub, sizeof(sub), "%s/network", tmpdir);
-	assert_int_equal(mkdir(sub, 0755), 0);
 	copy_real("seccomp.json");
 	copy_real("landlock.rules");
-	copy_real("limits.conf");
 
 	struct lb_policy *p = NULL;
 	struct lb_error err = { 0 };
 	/* A missing file is named. */
 	assert_int_equal(lb_policy_load(tmpdir, &p, &err), -ENOENT);
-	assert_non_null(strstr(err.msg, "opening network/tiers.conf"));
+	assert_non_null(strstr(err.msg, "opening limits.conf"));
 	assert_null(p);
 
 	/* A parse error carries the directory, the file and the line. */
-	write_file("network/tiers.conf", "off = none\npackages = 80\nweb = 8o\n");
+	write_file("limits.conf", "cpu = 1\nmemory = 512Mx\n");
 	assert_int_equal(lb_policy_load(tmpdir, &p, &err), -EINVAL);
-	assert_non_null(strstr(err.msg, "network/tiers.conf:3: \"8o\" is not a TCP port"));
+	assert_non_null(strstr(err.msg, "limits.conf:2:"));
 	assert_non_null(strstr(err.msg, tmpdir));
 
 	/* A symlink in place of a policy file is refused (O_NOFOLLOW). */
-	copy_real("network/tiers.conf");
+	copy_real("limits.conf");
 	char path[256];
 	snprintf(path, sizeof(path), "%s/limits.conf", tmpdir);
 	unlink(path);
@@ -375,7 +342,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_real_policy),    cmocka_unit_test(test_landlock_errors),
-		cmocka_unit_test(test_limits_errors),  cmocka_unit_test(test_tiers_errors),
+		cmocka_unit_test(test_limits_errors),
 		cmocka_unit_test(test_seccomp_errors), cmocka_unit_test(test_load_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,10 +42,14 @@ static void services_uid_stays_out_of_the_sandboxes_range(void **state)
 	struct lb_error err = { 0 };
 	assert_int_equal(lbd_config_set(&c, "services_uid", "1000000000", &err), 0); /* uid_range_start itself */
 	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
-	assert_non_null(strstr(err.msg, "services_uid 1000000000 lies in the sandboxes' uid range"));
+	assert_non_null(strstr(err.msg, "services_uid 1000000000 lies in the sandboxes' ids"));
 	assert_int_equal(lbd_config_set(&c, "services_uid", "1000065535", &err), 0); /* the range's last uid */
 	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
-	assert_int_equal(lbd_config_set(&c, "services_uid", "1000065536", &err), 0); /* just past it */
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000065536", &err), 0); /* the first sandbox's nobody */
+	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000196607", &err), 0); /* the last sandbox's root */
+	assert_int_equal(lbd_config_validate(&c, &err), -ERANGE);
+	assert_int_equal(lbd_config_set(&c, "services_uid", "1000196608", &err), 0); /* just past them */
 	assert_int_equal(lbd_config_validate(&c, &err), 0);
 	assert_int_equal(lbd_config_set(&c, "services_uid", "0", &err), 0); /* lensboxd's own threads */
 	assert_int_equal(lbd_config_validate(&c, &err), 0);
