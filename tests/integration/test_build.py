@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 BUILD = pathlib.Path(os.environ.get("LENSBOX_BUILD_DIR", "build"))
-BINARIES = ["runner/lensbox-runner", "supervisor/lensboxd", "supervisor/cli/lensbox"]
+BINARIES = ["runner/lensbox-runner", "supervisor/lensboxd", "clients/cli/lensbox"]
 
 
 def readelf(*args):

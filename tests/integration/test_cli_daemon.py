@@ -13,7 +13,7 @@ sys.path[:0] = [os.path.join(SRC, "tests")]
 
 from lensbox_testlib.lensboxd import BUILD_DIR, Daemon  # noqa: E402
 
-LENSBOX = os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox")
+LENSBOX = os.path.join(BUILD_DIR, "clients", "cli", "lensbox")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ sys.path[:0] = [os.path.join(SRC, "tests")]
 
 from lensbox_testlib.fake_lensboxd import FakeLensboxd  # noqa: E402
 
-LENSBOX = os.path.join(BUILD, "supervisor", "cli", "lensbox")
+LENSBOX = os.path.join(BUILD, "clients", "cli", "lensbox")
 MiB = 1024 * 1024
 
 

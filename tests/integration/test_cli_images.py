@@ -16,7 +16,7 @@ from lensbox_testlib.lensboxd import BUILD_DIR, Daemon  # noqa: E402
 from test_api_images import registry, store_dir, tiny_layout  # noqa: E402,F401  (registry is a fixture)
 from test_image_pull import push  # noqa: E402
 
-LENSBOX = os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox")
+LENSBOX = os.path.join(BUILD_DIR, "clients", "cli", "lensbox")
 
 
 def lb(d, *args, cwd=None):

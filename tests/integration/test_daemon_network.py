@@ -90,7 +90,7 @@ def children(pid):
 
 def cli_health(d):
     """`lensbox health` against d, as an admin runs it: its stdout (exit 0: the host can run sandboxes)."""
-    p = subprocess.run([os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox"), "health"], capture_output=True,
+    p = subprocess.run([os.path.join(BUILD_DIR, "clients", "cli", "lensbox"), "health"], capture_output=True,
                        env=dict(os.environ, LENSBOX_SOCKET=d.socket), timeout=60, text=True)
     assert p.returncode == 0, (p.stdout, p.stderr)
     return p.stdout

@@ -59,7 +59,7 @@ def test_first_run_takes_a_spare_and_the_pool_refills():
 
 
 def test_cli_health_shows_the_spares():
-    lensbox = os.path.join(BUILD_DIR, "supervisor", "cli", "lensbox")
+    lensbox = os.path.join(BUILD_DIR, "clients", "cli", "lensbox")
     with Daemon(settings={"spare_sandboxes": "2"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         p = subprocess.run([lensbox, "health"], capture_output=True, text=True, timeout=60,

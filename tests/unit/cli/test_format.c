@@ -1,4 +1,4 @@
-/* Unit tests for supervisor/cli/format.c: the sizes, durations and relative times `lensbox` prints, the RFC 3339
+/* Unit tests for clients/cli/format.c: the sizes, durations and relative times `lensbox` prints, the RFC 3339
  * parser it reads lensboxd's times with, terminal-safe text (hostile file names), and aligned tables. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * fuzz_format.c — libFuzzer target for what `lensbox` does with bytes it did not write: lbc_term_safe() on names
  * and messages from a sandbox, lbc_parse_time_ms() on times from the daemon, and the table that shows them.
  *
- * Build: cmake -DLENSBOX_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_cli_format supervisor/cli/fuzz-corpus.
+ * Build: cmake -DLENSBOX_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_cli_format clients/cli/fuzz-corpus.
  * Besides memory errors (ASan/UBSan) it checks the promise of format.h: nothing a terminal interprets as a control
  * survives lbc_term_safe(), and its output is valid UTF-8.
  */
