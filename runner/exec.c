@@ -95,9 +95,9 @@ struct exec_plan {
 	const struct sock_fprog *seccomp;
 	int init_pidfd;
 	uint32_t uid, gid;
-	void *c2_stack; /* top of C2's stack */
-	bool pinned;	/* C1 and C2 run on the caller's CPU (the caller's affinity is `cpus`) */
-	cpu_set_t cpus; /* the caller's affinity */
+	void *c2_stack;		       /* top of C2's stack */
+	bool pinned;		       /* C1 and C2 run on the caller's CPU (the caller's affinity is `cpus`) */
+	cpu_set_t cpus;		       /* the caller's affinity */
 	const cpu_set_t *sandbox_cpus; /* the program's affinity (cpus.c) */
 };
 

@@ -119,8 +119,7 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err);
 int lb_landlock_abi(void); /* the kernel's best ABI, 0 when Landlock is off */
 /* Builds the ruleset of the policy for the sandbox whose init is pid (paths resolved inside its root). *ret_abi is
  * the ABI the ruleset uses; *ret_fd is -1 when the policy allowed running without Landlock and the kernel has none. */
-int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi,
-		      struct lb_error *err);
+int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi, struct lb_error *err);
 
 void lb_child_report(int fd, int kind, int err, int status, const char *step);
 

@@ -67,8 +67,7 @@ static __u64 rights_of(unsigned access)
 	return r;
 }
 
-int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi,
-		      struct lb_error *err)
+int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, int *ret_abi, struct lb_error *err)
 {
 	const struct lb_landlock_policy *lp = &policy->landlock;
 	int kabi = lb_landlock_abi();

@@ -409,8 +409,10 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		return lb_error_setx(err, EINVAL, "the sandbox's host uid and gid must not be 0 or -1");
 	uint64_t stride = spec->host_id_stride ? spec->host_id_stride : LB_HOST_ID_STRIDE_DEFAULT;
 	if ((uint64_t)spec->host_uid + 2 * stride >= (uid_t)-1 || (uint64_t)spec->host_gid + 2 * stride >= (gid_t)-1)
-		return lb_error_setx(err, EINVAL, "the sandbox's host ids (uid + %" PRIu64 " and + %" PRIu64
-					       ") must stay below the largest id", stride, 2 * stride);
+		return lb_error_setx(err, EINVAL,
+				     "the sandbox's host ids (uid + %" PRIu64 " and + %" PRIu64
+				     ") must stay below the largest id",
+				     stride, 2 * stride);
 	if ((unsigned)spec->network > LB_NET_WEB)
 		return lb_error_setx(err, EINVAL, "unknown network tier");
 
@@ -441,7 +443,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	if (sb->uid == LB_SANDBOX_NOBODY_ID || sb->gid == LB_SANDBOX_NOBODY_ID) {
 		sandbox_free(sb);
-		return lb_error_setx(err, EINVAL, "the policy's sandbox_uid and sandbox_gid must not be nobody (65534)");
+		return lb_error_setx(err, EINVAL,
+				     "the policy's sandbox_uid and sandbox_gid must not be nobody (65534)");
 	}
 	int r = lb_state_paths(spec->run_dir, spec->name, sb->state_dir, sb->storage_mnt, sb->root_mnt);
 	if (r < 0) {

@@ -351,9 +351,10 @@ int lbd_config_validate(const struct lbd_config *cfg, struct lb_error *err)
 	 * uid_range_count (lbd_runner_spec), so the ids given to sandboxes are [start, start + 3 * count). */
 	uint64_t end = (uint64_t)cfg->uid_range_start + 3 * (uint64_t)cfg->uid_range_count;
 	if (end > UINT32_MAX - 1)
-		return lb_error_setx(err, ERANGE,
-				     "uid_range_start + 3 * uid_range_count (each sandbox's uid, nobody and root) passes "
-				     "the largest uid");
+		return lb_error_setx(
+		    err, ERANGE,
+		    "uid_range_start + 3 * uid_range_count (each sandbox's uid, nobody and root) passes "
+		    "the largest uid");
 	/* A sandbox given the services' uid could signal them, or see its own traffic's parsers as its peer. */
 	if (cfg->services_uid && cfg->services_uid >= cfg->uid_range_start && cfg->services_uid < end)
 		return lb_error_setx(err, ERANGE,

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_LINE  1024
+#define MAX_LINE 1024
 
 /* Calls fn(key, value, lineno) for each `key = value` line; stops at the first error. */
 typedef int (*kv_fn)(void *ud, const char *key, char *value, unsigned lineno, const char *name, struct lb_error *err);

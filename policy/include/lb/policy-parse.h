@@ -43,5 +43,4 @@ void lb_landlock_policy_clear(struct lb_landlock_policy *p);
 /* Parses limits.conf: every key exactly once, values through lib/units.h. */
 int lb_limits_parse(const char *text, const char *name, struct lb_limits_policy *ret, struct lb_error *err);
 
-
 #endif

@@ -67,7 +67,7 @@ struct lb_sandbox_spec {
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;
 	uint32_t host_id_stride; /* nobody and root are host_uid + stride, + 2 * stride; 0: the default */
-	const char *hostname; /* NULL: the name */
+	const char *hostname;	 /* NULL: the name */
 	struct lb_sandbox_limits limits;
 	enum lb_net_tier network;
 	const char *const *image_env; /* "KEY=VALUE" from the image config (PATH...), NULL-terminated, may be NULL */

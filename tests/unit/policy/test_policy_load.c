@@ -341,9 +341,9 @@ static void test_load_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_real_policy),    cmocka_unit_test(test_landlock_errors),
-		cmocka_unit_test(test_limits_errors),
-		cmocka_unit_test(test_seccomp_errors), cmocka_unit_test(test_load_errors),
+		cmocka_unit_test(test_real_policy),   cmocka_unit_test(test_landlock_errors),
+		cmocka_unit_test(test_limits_errors), cmocka_unit_test(test_seccomp_errors),
+		cmocka_unit_test(test_load_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
