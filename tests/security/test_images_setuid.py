@@ -36,8 +36,9 @@ def test_setuid_root_binary_executed_by_the_program(planted):
 
 
 def test_setuid_binary_cannot_become_root(planted):
+    # root (0) is mapped (to a host id of the sandbox's own), so the kernel answers as on Linux: no CAP_SETUID
     res = planted.run(["/usr/local/bin/suid-probe", "setuid", "0"], rootfs="planted")
-    refused(res.probe, "EINVAL", res)
+    refused(res.probe, "EPERM", res)
 
 
 def test_file_capabilities_not_granted(planted):
@@ -64,7 +65,7 @@ def test_python_from_image_cannot_setuid(lab):
             "except OSError as e:\n print(errno.errorcode[e.errno], os.getuid(), os.geteuid())\n")
     res = lab.run(["python3", "-c", code], rootfs="image")
     assert res["exit_code"] == 0, res.describe()
-    assert res["stdout"].split() == ["EINVAL", "1000", "1000"], res.describe()
+    assert res["stdout"].split() == ["EPERM", "1000", "1000"], res.describe()
 
 
 def test_image_has_no_effective_setuid_binaries(lab):
