@@ -44,7 +44,7 @@ struct lb_sandbox {
 	cpu_set_t cpus; /* the programs' affinity: ceil(cpu limit) of the caller's CPUs (cpus.c) */
 	struct lb_cgroup *cg;
 	const struct lb_policy *policy;
-	enum lb_net_tier network;
+	enum lb_tier network;
 	char *path_env;	  /* "PATH=..." for programs */
 	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
 };

@@ -413,7 +413,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 				     "the sandbox's host ids (uid + %" PRIu64 " and + %" PRIu64
 				     ") must stay below the largest id",
 				     stride, 2 * stride);
-	if ((unsigned)spec->network > LB_NET_WEB)
+	if (!lb_tier_name(spec->network))
 		return lb_error_setx(err, EINVAL, "unknown network tier");
 
 	struct lb_sandbox *sb = calloc(1, sizeof(*sb));

@@ -96,13 +96,13 @@ void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t 
 	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, key);
 }
 
-static enum lb_net_tier tier_of(const char *network)
+static enum lb_tier tier_of(const char *network)
 {
 	if (strcmp(network, "web") == 0)
-		return LB_NET_WEB;
+		return LB_TIER_WEB;
 	if (strcmp(network, "packages") == 0)
-		return LB_NET_PACKAGES;
-	return LB_NET_OFF;
+		return LB_TIER_PACKAGES;
+	return LB_TIER_OFF;
 }
 
 void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,

@@ -15,13 +15,13 @@
 #include <sys/types.h>
 
 #include "lb/netfilter.h"
+#include "lb/tier.h"
 #include "lb/netparse.h"
 
-enum lb_tier_id { LB_TIER_OFF = 0, LB_TIER_PACKAGES = 1, LB_TIER_WEB = 2 };
 
 struct lb_slot {
 	bool used;
-	enum lb_tier_id tier;
+	enum lb_tier tier;
 	char name[64];
 	int host_ifindex;
 	unsigned dns_inflight; /* this sandbox's share of the services' bounds, so one cannot starve others */
@@ -40,7 +40,7 @@ struct lb_service; /* a running resolver or relay */
 
 /* Shared with the isolated services process (isolate.c): written by the parent, read by the services ... */
 struct lb_shared_slot {
-	_Atomic unsigned tier;	   /* enum lb_tier_id; LB_TIER_OFF: nobody there, the services refuse */
+	_Atomic unsigned tier;	   /* enum lb_tier; LB_TIER_OFF: nobody there, the services refuse */
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
 	_Atomic bool big_segments; /* written by the parent: the host-side veth takes segments over 64 KiB */
 };
@@ -189,7 +189,7 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 /* ---- net.c ---- */
 
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
-int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier_id *ret_tier);
+int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
 enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
 #define LB_SLOT_DNS_MAX	  16 /* queries in flight per sandbox */

@@ -54,19 +54,6 @@ static bool name_valid(const char *s)
 	return true;
 }
 
-static int tier_parse(const char *s, enum lb_tier_id *ret)
-{
-	if (strcmp(s, "off") == 0)
-		*ret = LB_TIER_OFF;
-	else if (strcmp(s, "packages") == 0)
-		*ret = LB_TIER_PACKAGES;
-	else if (strcmp(s, "web") == 0)
-		*ret = LB_TIER_WEB;
-	else
-		return -EINVAL;
-	return 0;
-}
-
 static int read_policy_file(const char *dir, const char *name, char **ret, struct lb_error *err)
 {
 	_cleanup_free_ char *path = NULL;
@@ -505,9 +492,9 @@ static int find_slot_locked(struct lb_net *ctx, const char *name)
 }
 
 /* Loads the tier's rules for slot in one nft transaction. */
-static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier_id t, const char *name, struct lb_error *err)
+static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, const char *name, struct lb_error *err)
 {
-	const char *tier = t == LB_TIER_WEB ? "web" : "packages";
+	const char *tier = lb_tier_name(t);
 	char ifname[16], addr_s[16], gw_s[16], sb[16], rport[8], lport[8];
 	slot_ifname(slot, ifname);
 	snprintf(sb, sizeof(sb), "sb%u", slot);
@@ -551,10 +538,10 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier_id t,
 int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
 		  struct lb_error *err)
 {
-	enum lb_tier_id t;
+	enum lb_tier t;
 	if (!name_valid(name))
 		return lb_error_setx(err, EINVAL, "sandbox name %.64s is not valid", name);
-	if (tier_parse(tier, &t) < 0)
+	if (lb_tier_parse(tier, &t) < 0)
 		return lb_error_setx(err, EINVAL, "unknown network tier %.16s (off, packages, web)", tier);
 
 	/* an earlier attachment of this name goes first */
@@ -741,7 +728,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 		if (!broken[i])
 			continue;
 		pthread_mutex_lock(&ctx->lock);
-		enum lb_tier_id t = ctx->slots[i].tier;
+		enum lb_tier t = ctx->slots[i].tier;
 		char name[64];
 		memcpy(name, ctx->slots[i].name, sizeof(name));
 		pthread_mutex_unlock(&ctx->lock);
@@ -802,7 +789,7 @@ int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct l
 	return 0;
 }
 
-int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier_id *ret_tier)
+int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier)
 {
 	uint32_t a = ntohl(addr_be);
 	if (a < ctx->pool_base)
@@ -812,7 +799,7 @@ int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slo
 		return -ENOENT;
 	unsigned slot = off / 4;
 	/* from the shared table: in an isolated services process, ctx->slots is a stale copy */
-	enum lb_tier_id t = (enum lb_tier_id)atomic_load(&ctx->shared[slot].tier);
+	enum lb_tier t = (enum lb_tier)atomic_load(&ctx->shared[slot].tier);
 	if (t != LB_TIER_PACKAGES && t != LB_TIER_WEB)
 		return -ENOENT;
 	*ret_slot = slot;

@@ -243,7 +243,7 @@ static void *dns_job_main(void *arg)
 	struct dns_job *job = arg;
 	struct lb_net *ctx = job->svc->ctx;
 	unsigned slot = 0;
-	enum lb_tier_id tier;
+	enum lb_tier tier;
 	struct lb_dns_query q;
 	bool shared = false;
 	if (lb_net_lookup_source(ctx, job->from.sin_addr.s_addr, &slot, &tier) < 0)
@@ -547,7 +547,7 @@ static void *relay_conn_main(void *arg)
 	struct relay_conn *c = arg;
 	struct lb_net *ctx = c->ctx;
 	unsigned slot = 0;
-	enum lb_tier_id tier;
+	enum lb_tier tier;
 	bool refused = true, counted = false, shared = false;
 	struct sockaddr_in peer = { 0 }, orig = { 0 };
 	socklen_t sl = sizeof(peer);

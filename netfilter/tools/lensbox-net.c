@@ -103,9 +103,11 @@ static void cmd_start(struct lb_net *ctx, char **w)
 		printf("error start: no room, or %s is running\n", w[1]);
 		return;
 	}
-	enum lb_net_tier tier = strcmp(w[2], "web") == 0	? LB_NET_WEB
-				: strcmp(w[2], "packages") == 0 ? LB_NET_PACKAGES
-								: LB_NET_OFF;
+	enum lb_tier tier;
+	if (lb_tier_parse(w[2], &tier) < 0) {
+		printf("error start: unknown tier %s (off, packages, web)\n", w[2]);
+		return;
+	}
 	static const char *const image_env[] = { "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
 						 NULL };
 	const struct lb_limits_policy *pl = &g_policy->limits;

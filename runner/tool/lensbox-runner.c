@@ -178,11 +178,6 @@ static int do_probe(const char *policy_dir)
 	return f.why_not[0] ? 1 : 0;
 }
 
-static const char *tier_name(enum lb_net_tier t)
-{
-	return t == LB_NET_OFF ? "off" : t == LB_NET_PACKAGES ? "packages" : "web";
-}
-
 int main(int argc, char **argv)
 {
 	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
@@ -424,7 +419,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (strcmp(network, "off") == 0)
-		spec.network = LB_NET_OFF;
+		spec.network = LB_TIER_OFF;
 	else {
 		/* packages and web need netfilter/'s veth and nftables, which lensboxd plugs in; not this tool. */
 		lb_policy_free(policy);
@@ -546,7 +541,7 @@ int main(int argc, char **argv)
 	gen_kv_str(g, "uid_map", map);
 	snprintf(map, sizeof(map), "0 %lu 1\n%u %lu 1\n65534 %lu 1", gid + 2 * s, in_gid, gid, gid + s);
 	gen_kv_str(g, "gid_map", map);
-	gen_kv_str(g, "network", tier_name(spec.network));
+	gen_kv_str(g, "network", lb_tier_name(spec.network));
 	yajl_gen_map_close(g);
 
 	gen_str(g, "timing_us");

@@ -23,8 +23,8 @@
 
 #include "lb/error.h"
 #include "lb/policy.h"
+#include "lb/tier.h"
 
-enum lb_net_tier { LB_NET_OFF = 0, LB_NET_PACKAGES = 1, LB_NET_WEB = 2 };
 
 enum lb_cgroup_version { LB_CGROUP_NONE = 0, LB_CGROUP_V1 = 1, LB_CGROUP_V2 = 2 };
 
@@ -69,7 +69,7 @@ struct lb_sandbox_spec {
 	uint32_t host_id_stride; /* nobody and root are host_uid + stride, + 2 * stride; 0: the default */
 	const char *hostname;	 /* NULL: the name */
 	struct lb_sandbox_limits limits;
-	enum lb_net_tier network;
+	enum lb_tier network;
 	const char *const *image_env; /* "KEY=VALUE" from the image config (PATH...), NULL-terminated, may be NULL */
 	const struct lb_policy *policy;
 	const char *resolv_conf; /* contents of /etc/resolv.conf (netfilter/ for packages and web); NULL: none */
