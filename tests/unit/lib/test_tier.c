@@ -20,7 +20,7 @@ static void names_round_trip(void **state)
 	assert_string_equal(lb_tier_name(LB_TIER_PACKAGES), "packages");
 	assert_string_equal(lb_tier_name(LB_TIER_WEB), "web");
 	assert_null(lb_tier_name(LB_TIER_COUNT));
-	assert_null(lb_tier_name((enum lb_tier)-1));
+	assert_null(lb_tier_name((enum lb_tier) - 1));
 }
 
 static void unknown_names_refused(void **state)
