@@ -187,3 +187,21 @@ def test_rootfs_owned_by_root_and_readable():
     assert not_root == []
     assert unreadable == []
     assert setid == [], "setuid/setgid files left in the unpacked rootfs"
+
+
+def test_variant_has_its_own_key_and_the_default_keeps_its_own(archive):
+    """--with adds packages under another cache key and directory; without it the key is the default's (the one the
+    archive above was cached under). Names that are not Debian package names are refused before any work."""
+    def recipe(*args):
+        return subprocess.run([RECIPE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    default = recipe("--hash")
+    zmq = recipe("--with", "python3-zmq", "--hash")
+    two = recipe("--hash", "--with", "python3-zmq,net-tools")
+    assert default.returncode == zmq.returncode == two.returncode == 0, (default.stderr, zmq.stderr, two.stderr)
+    keys = [default.stdout.strip(), zmq.stdout.strip(), two.stdout.strip()]
+    assert len(set(keys)) == 3 and all(len(k) == 16 for k in keys), keys
+    assert os.path.basename(os.path.dirname(archive)) == f"python-{keys[0]}"
+    for bad in ("Python3-zmq", "zmq;rm", "a,", "../x"):
+        r = recipe("--with", bad, "--hash")
+        assert r.returncode == 1 and "not a list of package names" in r.stderr and not r.stdout, (bad, r)

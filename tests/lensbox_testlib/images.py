@@ -3,7 +3,10 @@
 default_image_archive() builds the recipe if it is not cached (about a minute cold, instant cached) and returns the
 OCI archive path; default_rootfs() returns an unpacked root directory of it (owned by root, world-readable, setuid
 bits stripped: through lensbox-image when the build has it, see the recipe's --rootfs); import_default_image(root)
-imports it into an image store of the test's own, as lensboxd reads them. All run as root. Standard library only.
+imports it into an image store of the test's own, as lensboxd reads them. Variant images (the recipe's --with: the
+default image plus some Debian packages, cached under their own key) have the same three: variant_image_archive,
+variant_rootfs, import_variant_image; ZMQ ("python3-zmq", pyzmq and libzmq) is the one the ZeroMQ tests use (about
+two minutes cold, instant cached). All run as root. Standard library only.
 """
 
 import functools
@@ -47,6 +50,40 @@ def import_default_image(store_root, name="python:3.12-slim"):
     lensboxd finds images (lb_images). Returns (config_digest, rootfs). Instant when that store already has it."""
     proc = subprocess.run([lensbox_image_tool(), "--root", str(store_root), "import", default_image_archive(),
                            "--name", name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"lensbox-image import failed:\n{proc.stderr[-4000:]}")
+    digest, rootfs = proc.stdout.split()
+    return digest, rootfs
+
+
+# Debian's pyzmq (and libzmq5 with it): for ZeroMQ REQ/REP over tcp://127.0.0.1 inside a sandbox.
+ZMQ = "python3-zmq"
+
+
+@functools.lru_cache(maxsize=None)
+def variant_image_archive(packages):
+    """Path of the OCI archive of the default image plus packages (comma-separated Debian package names)."""
+    return _recipe("--with", packages)
+
+
+@functools.lru_cache(maxsize=None)
+def variant_rootfs(packages):
+    """Path of an unpacked root filesystem of that variant (shared, cached: treat it as read-only); pass it as
+    RunnerEnv.run(image_rootfs=...)."""
+    return _recipe("--with", packages, "--rootfs")
+
+
+def variant_image_name(packages):
+    """The name the recipe gives the variant: python:3.12-slim-<packages joined by '-', '+' as 'p'>."""
+    return "python:3.12-slim-" + packages.replace(",", "-").replace("+", "p")
+
+
+def import_variant_image(store_root, packages, name=None):
+    """Imports the variant into the image store at store_root under name (default variant_image_name), as
+    import_default_image does. Returns (config_digest, rootfs)."""
+    proc = subprocess.run([lensbox_image_tool(), "--root", str(store_root), "import", variant_image_archive(packages),
+                           "--name", name or variant_image_name(packages)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"lensbox-image import failed:\n{proc.stderr[-4000:]}")
     digest, rootfs = proc.stdout.split()

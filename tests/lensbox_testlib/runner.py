@@ -58,11 +58,13 @@ class RunnerEnv:
     def storage(self, label=None):
         return os.path.join(self.base, "storage-" + (label or str(next(_counter))))
 
-    def run(self, argv, storage=None, keep=False, flags=(), timeout=120, name=None, pass_fds=(), wrapper=()):
-        """wrapper: a command the tool runs under (e.g. unshare), its arguments before the tool's."""
+    def run(self, argv, storage=None, keep=False, flags=(), timeout=120, name=None, pass_fds=(), wrapper=(),
+            image_rootfs=None):
+        """wrapper: a command the tool runs under (e.g. unshare), its arguments before the tool's; image_rootfs:
+        another image root than rootfs() (e.g. images.variant_rootfs(images.ZMQ))."""
         name = name or f"t{os.getpid()}-{next(_counter)}"
         self.names.append(name)
-        cmd = [*wrapper, runner_bin(), "--rootfs", rootfs(), "--storage", storage or self.storage(), "--policy", POLICY_DIR,
+        cmd = [*wrapper, runner_bin(), "--rootfs", image_rootfs or rootfs(), "--storage", storage or self.storage(), "--policy", POLICY_DIR,
                "--run-dir", self.run_dir, "--name", name, *flags]
         if keep:
             cmd.append("--keep")

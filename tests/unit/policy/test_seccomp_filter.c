@@ -26,6 +26,8 @@
 
 #include "lb/policy.h"
 
+#include "../host_probe.h"
+
 static struct lb_policy *pol;
 
 static int setup(void **state)
@@ -52,6 +54,11 @@ static int under_filter(long (*fn)(void))
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		/* cmocka's handlers would report a crash here as the child's own test failure and carry on: the parent
+		 * must see the signal */
+		signal(SIGSEGV, SIG_DFL);
+		signal(SIGBUS, SIG_DFL);
+		signal(SIGILL, SIG_DFL);
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 			_exit(200);
 		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &pol->seccomp) < 0)
@@ -355,11 +362,28 @@ static void test_unknown_enosys(void **state)
 	CHECK(do_move_pages, ENOSYS);
 }
 
-static void test_foreign_arch_killed(void **state)
+/* x32 numbers (bit 30) arrive as this architecture's: the filter itself refuses them, on any x86_64 kernel. */
+static void test_x32_killed(void **state)
 {
 	(void)state;
 #if defined(__x86_64__)
 	CHECK(do_x32_getpid, 1000 + SIGSYS);
+#else
+	fail_msg("foreign-architecture checks are written for x86_64 (i386, x32)");
+#endif
+}
+
+/* int 0x80 reaches the filter as AUDIT_ARCH_I386, which it does not list: killed. Only where the host serves the
+ * i386 table at all (tests/unit/host_probe.h); elsewhere there is nothing to refuse. */
+static void test_i386_killed(void **state)
+{
+	(void)state;
+#if defined(__x86_64__)
+	char why[256];
+	if (!lb_test_host_has_i386(why, sizeof(why))) {
+		print_message("[  SKIP    ] %s\n", why);
+		skip();
+	}
 	CHECK(do_i386_getpid, 1000 + SIGSYS);
 #else
 	fail_msg("foreign-architecture checks are written for x86_64 (i386, x32)");
@@ -369,10 +393,9 @@ static void test_foreign_arch_killed(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_allowed),
-		cmocka_unit_test(test_denied_eperm),
-		cmocka_unit_test(test_unknown_enosys),
-		cmocka_unit_test(test_foreign_arch_killed),
+		cmocka_unit_test(test_allowed),	       cmocka_unit_test(test_denied_eperm),
+		cmocka_unit_test(test_unknown_enosys), cmocka_unit_test(test_x32_killed),
+		cmocka_unit_test(test_i386_killed),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
