@@ -5,9 +5,26 @@ process per attack, so one attack cannot hide another). Expected answers come fr
 denials EPERM, syscalls the profile does not know ENOSYS, i386/x32 entry points SIGSYS (badArchAction).
 """
 
+import functools
+import json
+import subprocess
+
 import pytest
 
-from lensbox_testlib.attack import killed, refused, succeeded
+from lensbox_testlib.attack import PROBE, killed, refused, succeeded
+
+
+@functools.lru_cache(maxsize=None)
+def host_lacks_i386():
+    """Why `int 0x80` cannot be tested here, or "" when it can: the probe runs i386 getpid on the host itself, with no
+    filter. A kernel without an i386 entry kills it with SIGSEGV before any seccomp filter is consulted (this CI
+    host's 6.18); the VM lane's 6.1 serves the table, and tests/vm/guest/test_foreign_arch.py runs these cases there."""
+    p = subprocess.run([PROBE, "int80", "20"], capture_output=True, text=True, timeout=30)
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if out.get("signal") == "SIGSEGV":
+        return "this host has no i386 system call entry: int 0x80 raises SIGSEGV even with no filter"
+    assert out.get("ok") is True, f"int 0x80 on the host without a filter: {out}"
+    return ""
 
 # (test id, probe arguments, expected errno or signal)
 ATTACKS = [
@@ -81,6 +98,8 @@ def batch(lab):
 def test_denied(batch, i):
     outs, res = batch
     expect = ATTACKS[i][2]
+    if ATTACKS[i][1][0] == "int80" and host_lacks_i386():
+        pytest.skip(host_lacks_i386())
     if expect.startswith("SIG"):
         killed(outs[i], expect, res)
     else:
