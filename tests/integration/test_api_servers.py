@@ -135,3 +135,26 @@ def test_cpu_count_follows_the_limit_and_ids_answer_eperm(d, cpu):
     assert (out["cpu_count"], out["affinity"], out["nproc"]) == (want, want, want), out
     for k in ("setuid_nobody", "setgid_nogroup", "setuid_root", "chown_nobody"):
         assert out[k] == 1, (k, out)  # EPERM, as on Linux; an unmapped id would answer EINVAL (22)
+
+
+ZEROMQ = r"""
+import threading, zmq
+ctx = zmq.Context()
+rep = ctx.socket(zmq.REP)
+port = rep.bind_to_random_port("tcp://127.0.0.1")
+def serve():
+    rep.send(rep.recv().upper())
+t = threading.Thread(target=serve); t.start()
+req = ctx.socket(zmq.REQ); req.connect(f"tcp://127.0.0.1:{port}")
+req.send(b"ping"); print(req.recv().decode())
+t.join(); req.close(); rep.close(); ctx.term()
+"""
+
+
+def test_zeromq_req_rep_over_tcp_loopback(d):
+    """Jupyter kernels and Dask speak ZeroMQ over TCP on loopback: REQ/REP with Debian's python3-zmq, in an image
+    made by the default recipe plus that package (images/recipes/python --with python3-zmq)."""
+    from lensbox_testlib import images
+    images.import_variant_image(d.images, images.ZMQ)
+    out = ok(d, "zmq", ZEROMQ, sandbox={"image": images.variant_image_name(images.ZMQ)})
+    assert out == "PING\n"
