@@ -244,3 +244,14 @@ def test_diff_untouched_then_rules_added_by_hand(nets):
     # no table: said plainly, nothing to compare
     rc, out, _ = lb("policy", "diff", POLICY, "--config", conf, ns=empty)
     assert rc == 0 and out.startswith("no table inet lensbox is loaded in this network namespace"), out
+
+
+def test_help_and_usage_errors():
+    rc, out, _ = lb("--help")
+    assert rc == 0 and "policy check [DIR]" in out and "policy explain [DIR]" in out and "policy diff [DIR]" in out
+    for args in (["policy"], ["policy", "frobnicate"], ["policy", "check", "a", "b"], ["policy", "explain", "--no-nft"],
+                 ["ls", "--config", "x"]):
+        rc, out, err = lb(*args)
+        assert rc == 2 and out == "" and err.startswith("lensbox: "), (args, rc, out, err)
+    rc, _, err = lb("policy", "check", "/nonexistent-policy-dir")
+    assert rc == 1 and "opening the policy directory /nonexistent-policy-dir" in err
