@@ -253,9 +253,11 @@ static void explain_json(const char *dir, const struct lbc_explain *e)
  * NULL for a two-column table). */
 static void add_rule_rows(struct lbc_table *t, const char *name, const char *a, const char *b)
 {
-	_cleanup_free_ char *ca = strdup(a), *cb = b ? strdup(b) : NULL;
+	char ca[sizeof(((struct lbc_sc_compare *)0)->here)], cb[sizeof(ca)];
+	snprintf(ca, sizeof(ca), "%s", a);
+	snprintf(cb, sizeof(cb), "%s", b ? b : "");
 	char *sa = NULL, *sb = NULL;
-	char *x = ca ? strtok_r(ca, ";", &sa) : NULL, *y = cb ? strtok_r(cb, ";", &sb) : NULL;
+	char *x = strtok_r(ca, ";", &sa), *y = strtok_r(cb, ";", &sb);
 	for (bool first = true; x || y; first = false) {
 		const char *cells[] = { first ? name : "", x ? x + strspn(x, " ") : "", y ? y + strspn(y, " ") : "" };
 		if (lbc_table_add(t, cells) < 0)

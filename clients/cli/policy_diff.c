@@ -316,7 +316,7 @@ static int expect_job_run(void *data, int fd)
 	if (r < 0)
 		dprintf(fd, "!%s", e.msg);
 	else
-		(void)lb_write_all(fd, out, strlen(out));
+		(void)lb_write_all(fd, out ? out : "", out ? strlen(out) : 0);
 	return 0;
 }
 
@@ -394,13 +394,14 @@ int lbc_policy_diff(const char *dir, const struct lbc_net_params *params, struct
 		*ret = d;
 		return 0;
 	}
+	if (r < 0 && strstr(err->msg, "Operation not permitted"))
+		return lb_error_setx(err, EPERM,
+				     "reading the live table inet lensbox needs CAP_NET_ADMIN (run diff as root)");
 	if (r < 0)
 		return lb_error_wrap(err, "reading the live table inet lensbox");
 	d.table_loaded = true;
-	_cleanup_free_ bool *slots = calloc(MAX_SLOTS, sizeof(bool)), *web = calloc(MAX_SLOTS, sizeof(bool));
+	bool slots[MAX_SLOTS] = { 0 }, web[MAX_SLOTS] = { 0 }; /* 32 KiB */
 	struct entries live = { 0 }, want = { 0 };
-	if (!slots || !web)
-		return lb_error_set(err, ENOMEM, "comparing the table");
 	r = listing_entries(live_json, &live, slots, err);
 	if (r == 0) {
 		slot_tiers(&live, web);

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,11 +72,11 @@ int lbc_policy_read(int dirfd, const char *path, char **ret_text, size_t *ret_le
 		return lb_error_set(err, errno, "cannot stat");
 	if (!S_ISREG(st.st_mode))
 		return lb_error_setx(err, EINVAL, "not a regular file");
-	if (st.st_size > LB_POLICY_FILE_MAX)
+	if (st.st_size > (off_t)LB_POLICY_FILE_MAX)
 		return lb_error_setx(err, EFBIG, "larger than %d bytes", LB_POLICY_FILE_MAX);
 	_cleanup_free_ char *text = NULL;
 	size_t len = 0;
-	int r = lb_read_fd(fd, LB_POLICY_FILE_MAX, &text, &len);
+	int r = lb_read_fd(fd, (size_t)LB_POLICY_FILE_MAX, &text, &len);
 	if (r < 0)
 		return lb_error_set(err, r, "cannot read");
 	if (memchr(text, '\0', len))
@@ -116,7 +117,7 @@ int lbc_in_throwaway_netns(int (*fn)(void *data, int out_fd), void *data, size_t
 	_cleanup_close_ int rfd = p[0];
 	int wfd = p[1];
 	fflush(NULL);
-	_cleanup_pid_ pid_t pid = fork();
+	pid_t pid = fork();
 	if (pid < 0) {
 		close(wfd);
 		return lb_error_set(err, errno, "forking");
@@ -134,10 +135,11 @@ int lbc_in_throwaway_netns(int (*fn)(void *data, int out_fd), void *data, size_t
 	_cleanup_free_ char *out = NULL;
 	size_t len = 0;
 	int r = lb_read_fd(rfd, max, &out, &len);
+	if (r < 0)
+		kill(pid, SIGKILL); /* it may be blocked writing what we no longer read */
 	int status = 0;
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	pid = 0;
 	if (r < 0)
 		return lb_error_set(err, r, "reading the namespace's answer");
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 3) {
