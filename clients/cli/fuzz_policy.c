@@ -1,6 +1,7 @@
 /*
  * fuzz_policy.c — libFuzzer target for the parser `lensbox policy explain` runs on a seccomp profile it did not write
- * (ours edited by hand, or a Docker profile passed with --docker-profile): lbc_seccomp_resolve().
+ * (ours edited by hand, or a Docker profile passed with --docker-profile): lbc_seccomp_resolve(), and the scanner
+ * `policy check` turns a seccomp error's JSON path into a line with, lbc_json_path_line().
  *
  * Build: cmake -DLENSBOX_FUZZ=ON -DCMAKE_C_COMPILER=clang; run: ./fuzz_cli_policy clients/cli/fuzz-corpus-policy.
  * Besides memory errors (ASan/UBSan) it checks the promise of policy.h: the rules come back sorted and each once.
@@ -33,6 +34,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		lbc_sc_profile_free(&p);
 	}
+	/* the seccomp error's path -> line scanner runs on text no parser accepted */
+	unsigned line = lbc_json_path_line(text, size, "syscalls[1].names[0]");
+	unsigned lines = 1;
+	for (size_t i = 0; i < size; i++)
+		lines += text[i] == '\n';
+	if (line > lines)
+		abort();
 	free(text);
 	return 0;
 }

@@ -63,6 +63,10 @@ int lbc_net_params_read(const char *conf_path, struct lbc_net_params *ret, struc
 
 /* ---- check (policy_check.c) ---- */
 
+/* The line on which the value at JSON path want ("syscalls[3].names[0]", seccomp.c's notation) starts in text[0..len);
+ * 0 when it is not found. A small scanner (strings, nesting, keys) bounded in depth: the text may be anything. */
+unsigned lbc_json_path_line(const char *text, size_t len, const char *want);
+
 /* Parses every file of dir and appends every problem to *findings (errors of every file, not only the first). With
  * nft, the filled templates also go through nftables in a throwaway namespace; where that is impossible a note says
  * so. Returns a negative errno only when the check itself could not run (memory, dir not openable). */

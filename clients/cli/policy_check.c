@@ -45,9 +45,7 @@ static void json_path(const struct json_frame *st, int depth, char *buf, size_t 
 	}
 }
 
-/* The line on which the value at JSON path `want` starts in text; 0 when it is not found. A small scanner (strings,
- * nesting, keys) bounded in depth: the text may be anything. */
-static unsigned json_path_line(const char *t, size_t len, const char *want)
+unsigned lbc_json_path_line(const char *t, size_t len, const char *want)
 {
 	struct json_frame st[JSON_MAX_DEPTH];
 	int depth = 0;
@@ -60,7 +58,7 @@ static unsigned json_path_line(const char *t, size_t len, const char *want)
 			line++;
 		if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
 			continue;
-		if (key_next && c == '"') {
+		if (key_next && c == '"' && depth > 0 && !st[depth - 1].array) {
 			size_t k = 0, j = i + 1;
 			for (; j < len && t[j] != '"'; j++) {
 				if (t[j] == '\\')
@@ -81,14 +79,14 @@ static unsigned json_path_line(const char *t, size_t len, const char *want)
 			if (depth > 0 && st[depth - 1].array) {
 				st[depth - 1].index++;
 				value_next = true;
-			} else {
+			} else if (depth > 0) {
 				key_next = true;
 			}
 			continue;
 		}
 		if (c == '}' || c == ']') {
 			depth = depth > 0 ? depth - 1 : 0;
-			value_next = false;
+			value_next = key_next = false;
 			continue;
 		}
 		if (value_next) {
@@ -163,7 +161,7 @@ static int check_seccomp(int dfd, struct lbc_findings *f)
 		memcpy(path, p, pl);
 		path[pl] = '\0';
 	}
-	unsigned line = path[0] ? json_path_line(text, len, path) : 0;
+	unsigned line = path[0] ? lbc_json_path_line(text, len, path) : 0;
 	/* a rule starts on one line and its offending name is further down: "unknown syscall \"keyctll\"" */
 	const char *q = strchr(p, '"'), *qe = q ? strchr(q + 1, '"') : NULL;
 	if (line && qe) {

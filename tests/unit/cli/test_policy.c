@@ -232,6 +232,22 @@ static void docker_conditions_resolved(void **state)
 		assert_true(lbc_seccomp_resolve(bad[i], strlen(bad[i]), "amd64", &p, &err) < 0);
 }
 
+static void json_paths_to_lines(void **state)
+{
+	(void)state;
+	static const char t[] = "{\n \"a\": [\n  1,\n  {\"b\": \"x,]}\\\"\",\n   \"c\": [7, 8]}\n ],\n \"d\": 2\n}";
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "a"), 2);
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "a[0]"), 3);
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "a[1].b"), 4);
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "a[1].c[1]"), 5);
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "d"), 7);
+	assert_int_equal(lbc_json_path_line(t, strlen(t), "e"), 0);
+	static const char *const hostile[] = { "1,\"a\":2", "}}]]", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "\"\\",
+					       "{\t]\n\"a\": 1" };
+	for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++)
+		assert_int_equal(lbc_json_path_line(hostile[i], strlen(hostile[i]), "a"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -247,6 +263,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(errors_of_every_file, copy_policy, remove_copy),
 		cmocka_unit_test_setup_teardown(symlink_and_fifo_refused, copy_policy, remove_copy),
 		cmocka_unit_test(docker_conditions_resolved),
+		cmocka_unit_test(json_paths_to_lines),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
