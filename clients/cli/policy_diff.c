@@ -134,6 +134,7 @@ struct entry {
 	char key[128]; /* "chain early", "rule to_host", "element sandbox_in lbh0" */
 	char *canon;
 	bool matched;
+	long long handle; /* rules: their handle in the listing, to find their text */
 };
 
 struct entries {
@@ -195,7 +196,11 @@ static int add_object(struct entries *e, const char *kind, yajl_val item, bool *
 		static const char *const skip[] = { "family", "table", "chain", "handle" };
 		if (slot_of(str(get(item, "chain")), &s) && slots)
 			slots[s] = true;
-		return entry_add(e, canon(item, skip, LB_ARRAY_SIZE(skip)), "rule %s", str(get(item, "chain")));
+		int r = entry_add(e, canon(item, skip, LB_ARRAY_SIZE(skip)), "rule %s", str(get(item, "chain")));
+		yajl_val h = get(item, "handle");
+		if (r == 0 && YAJL_IS_INTEGER(h))
+			e->v[e->n - 1].handle = YAJL_GET_INTEGER(h);
+		return r;
 	}
 	if (strcmp(kind, "map") == 0 && strncmp(name, "sandbox_", 8) == 0) {
 		static const char *const skip[] = { "handle", "elem" };
@@ -311,19 +316,44 @@ static int expect_job_run(void *data, int fd)
 			r = lb_error_wrap(&e, "loading %s for slot %u", lb_nft_template_file(t), s);
 	}
 	lb_cidr_list_free(&dl);
+	_cleanup_free_ char *text_listing = NULL;
 	if (r == 0 && lb_nft_list_json(&out, &e) < 0)
 		r = -e.code;
-	if (r < 0)
+	if (r < 0) {
 		dprintf(fd, "!%s", e.msg);
-	else
-		(void)lb_write_all(fd, out ? out : "", out ? strlen(out) : 0);
+		return 0;
+	}
+	(void)lb_write_all(fd, out ? out : "", out ? strlen(out) : 0);
+	/* then, after a record separator, the same table as text (best effort: only for showing rules) */
+	if (lb_nft_list_text(&text_listing, &e) == 0)
+		dprintf(fd, "\x1e%s", text_listing);
 	return 0;
 }
 
 /* ---- comparing ---- */
 
-static int drift(struct lbc_diff *d, const char *what, const char *change, const char *detail)
+/* The text of the rule with handle h in a text listing ("...rule... # handle h"), into buf; false when absent. */
+static bool rule_text(const char *listing, long long h, char *buf, size_t size)
 {
+	char tag[40];
+	snprintf(tag, sizeof(tag), " # handle %lld\n", h);
+	const char *end = listing ? strstr(listing, tag) : NULL;
+	if (!end)
+		return false;
+	const char *start = end;
+	while (start > listing && start[-1] != '\n')
+		start--;
+	start += strspn(start, "\t ");
+	snprintf(buf, size, "%.*s", (int)(end - start), start);
+	return true;
+}
+
+static int drift(struct lbc_diff *d, const char *what, const char *change, const char *detail, const char *listing,
+		 long long handle)
+{
+	char text[512];
+	if (handle && rule_text(listing, handle, text, sizeof(text)))
+		detail = text;
 	struct lbc_drift *nv = realloc(d->v, (d->n + 1) * sizeof(*nv));
 	if (!nv)
 		return -ENOMEM;
@@ -346,7 +376,8 @@ static struct entry *find(struct entries *e, const char *key, const char *canon_
 
 /* Rules are matched by chain and expressions (a reordering shows as one removed and one added); objects by name,
  * a different body being a change. */
-static int compare(struct entries *live, struct entries *want, struct lbc_diff *d)
+static int compare(struct entries *live, struct entries *want, const char *live_text, const char *want_text,
+		   struct lbc_diff *d)
 {
 	for (size_t i = 0; i < want->n; i++) {
 		struct entry *w = &want->v[i], *l = find(live, w->key, w->canon);
@@ -361,15 +392,17 @@ static int compare(struct entries *live, struct entries *want, struct lbc_diff *
 			l->matched = w->matched = true;
 			char detail[512];
 			snprintf(detail, sizeof(detail), "now %.240s; the files say %.240s", l->canon, w->canon);
-			if (drift(d, w->key, "changed", detail) < 0)
+			if (drift(d, w->key, "changed", detail, NULL, 0) < 0)
 				return -ENOMEM;
 		}
 	}
 	for (size_t i = 0; i < want->n; i++)
-		if (!want->v[i].matched && drift(d, want->v[i].key, "removed", want->v[i].canon) < 0)
+		if (!want->v[i].matched &&
+		    drift(d, want->v[i].key, "removed", want->v[i].canon, want_text, want->v[i].handle) < 0)
 			return -ENOMEM;
 	for (size_t i = 0; i < live->n; i++)
-		if (!live->v[i].matched && drift(d, live->v[i].key, "added", live->v[i].canon) < 0)
+		if (!live->v[i].matched &&
+		    drift(d, live->v[i].key, "added", live->v[i].canon, live_text, live->v[i].handle) < 0)
 			return -ENOMEM;
 	return 0;
 }
@@ -417,11 +450,19 @@ int lbc_policy_diff(const char *dir, const struct lbc_net_params *params, struct
 		if (r < 0)
 			lb_error_wrap(err, "building the table the files describe");
 	}
+	/* the rebuilt table's text follows its JSON after a record separator */
+	char *want_text = r == 0 ? strchr(want_json, '\x1e') : NULL;
+	if (want_text)
+		*want_text++ = '\0';
+	_cleanup_free_ char *live_text = NULL;
+	struct lb_error e2;
+	if (r == 0 && lb_nft_list_text(&live_text, &e2) < 0)
+		live_text = NULL; /* rules are then shown as JSON */
 	if (r == 0 && want_json[0] == '!')
 		r = lb_error_setx(err, EINVAL, "building the table the files describe: %s", want_json + 1);
 	if (r == 0)
 		r = listing_entries(want_json, &want, NULL, err);
-	if (r == 0 && compare(&live, &want, &d) < 0)
+	if (r == 0 && compare(&live, &want, live_text, want_text, &d) < 0)
 		r = lb_error_set(err, ENOMEM, "comparing the table");
 	entries_free(&live);
 	entries_free(&want);

@@ -37,13 +37,14 @@ static void yajl_freep(yajl_val *v)
 }
 
 /* cmds is nft's text, or with from_file the path of a file holding it (nft then names the line of an error). */
-static int run_as(const char *cmds, bool json, bool dry_run, bool from_file, char **ret_out, struct lb_error *err)
+static int run_as(const char *cmds, unsigned output_flags, bool dry_run, bool from_file, char **ret_out,
+		  struct lb_error *err)
 {
 	__attribute__((cleanup(nft_ctx_freep))) struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
 	if (!nft)
 		return lb_error_set(err, ENOMEM, "creating an nftables context");
-	if (json)
-		nft_ctx_output_set_flags(nft, NFT_CTX_OUTPUT_JSON);
+	if (output_flags)
+		nft_ctx_output_set_flags(nft, output_flags);
 	if (dry_run)
 		nft_ctx_set_dry_run(nft, true);
 	if (nft_ctx_buffer_output(nft) < 0 || nft_ctx_buffer_error(nft) < 0)
@@ -70,7 +71,7 @@ static int run_as(const char *cmds, bool json, bool dry_run, bool from_file, cha
 
 static int run(const char *cmds, bool json, char **ret_out, struct lb_error *err)
 {
-	return run_as(cmds, json, false, false, ret_out, err);
+	return run_as(cmds, json ? NFT_CTX_OUTPUT_JSON : 0, false, false, ret_out, err);
 }
 
 int lb_nft_run(const char *cmds, char **ret_out, struct lb_error *err)
@@ -88,7 +89,12 @@ int lb_nft_exec(const char *cmds, bool dry_run, char **ret_out, struct lb_error 
 		return lb_error_set(err, errno, "writing the rules for nft");
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	return run_as(path, false, dry_run, true, ret_out, err);
+	return run_as(path, 0, dry_run, true, ret_out, err);
+}
+
+int lb_nft_list_text(char **ret, struct lb_error *err)
+{
+	return run_as("list table inet lensbox", NFT_CTX_OUTPUT_HANDLE, false, false, ret, err);
 }
 
 int lb_nft_list_json(char **ret, struct lb_error *err)

@@ -65,5 +65,8 @@ int lb_nft_exec(const char *cmds, bool dry_run, char **ret_out, struct lb_error 
 /* `nft -j list table inet lensbox` in the caller's network namespace: the JSON text (caller frees), -ENOENT when
  * the table does not exist. */
 int lb_nft_list_json(char **ret, struct lb_error *err);
+/* The same table as nft's text, each rule followed by "# handle N" (to show a rule of the JSON listing as people
+ * read it). */
+int lb_nft_list_text(char **ret, struct lb_error *err);
 
 #endif
