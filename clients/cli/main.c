@@ -976,6 +976,49 @@ static int parse_long(const char *s, long lo, long hi, long *ret)
 	return 0;
 }
 
+/* Checks that the options given belong to cmd and runs it; returns the exit status. */
+static int dispatch(const struct opts *o, const char *cmd, int n, char **args)
+{
+	bool run_opts =
+	    o->python || o->bash || o->timeout || o->output_limit || o->image || o->network || o->cpu || o->memory;
+	if (run_opts && strcmp(cmd, "run") != 0)
+		return usage_error(
+		    "--python, --bash, --timeout, --output-limit, --image, --network, --cpu and --memory "
+		    "belong to `run`, not `%s`",
+		    cmd);
+	if (o->limit && strcmp(cmd, "runs") != 0)
+		return usage_error("--limit belongs to `runs`, not `%s`", cmd);
+	if (o->top_only && strcmp(cmd, "files") != 0)
+		return usage_error("--top belongs to `files`, not `%s`", cmd);
+	if (o->name && strcmp(cmd, "image") != 0)
+		return usage_error("--name belongs to `image import`, not `%s`", cmd);
+	if ((o->no_nft || o->config || o->docker_profile) && strcmp(cmd, "policy") != 0)
+		return usage_error("--no-nft, --config and --docker-profile belong to `policy`, not `%s`", cmd);
+	if (strcmp(cmd, "policy") == 0) {
+		struct lbc_policy_opts po = {
+			.json = o->json, .no_nft = o->no_nft, .config = o->config, .docker_profile = o->docker_profile
+		};
+		return lbc_cmd_policy(&po, n, args);
+	}
+	if (strcmp(cmd, "image") == 0) {
+		struct lbc_image_opts io = { .socket = o->socket, .json = o->json, .name = o->name };
+		return lbc_cmd_image(&io, n, args);
+	}
+
+	static const struct {
+		const char *name;
+		int (*fn)(const struct opts *, int, char **);
+	} commands[] = {
+		{ "run", cmd_run },   { "ls", cmd_ls },	    { "inspect", cmd_inspect },
+		{ "stop", cmd_stop }, { "rm", cmd_rm },	    { "files", cmd_files },
+		{ "cp", cmd_cp },     { "runs", cmd_runs }, { "health", cmd_health },
+	};
+	for (size_t i = 0; i < LB_ARRAY_SIZE(commands); i++)
+		if (strcmp(cmd, commands[i].name) == 0)
+			return commands[i].fn(o, n, args);
+	return usage_error("unknown command `%s`", cmd);
+}
+
 int main(int argc, char **argv)
 {
 	enum {
@@ -1092,44 +1135,5 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	const char *cmd = argv[optind];
-	int n = argc - optind - 1;
-	char **args = argv + optind + 1;
-	bool run_opts = o.python || o.bash || o.timeout || o.output_limit || o.image || o.network || o.cpu || o.memory;
-	if (run_opts && strcmp(cmd, "run") != 0)
-		return usage_error(
-		    "--python, --bash, --timeout, --output-limit, --image, --network, --cpu and --memory "
-		    "belong to `run`, not `%s`",
-		    cmd);
-	if (o.limit && strcmp(cmd, "runs") != 0)
-		return usage_error("--limit belongs to `runs`, not `%s`", cmd);
-	if (o.top_only && strcmp(cmd, "files") != 0)
-		return usage_error("--top belongs to `files`, not `%s`", cmd);
-	if (o.name && strcmp(cmd, "image") != 0)
-		return usage_error("--name belongs to `image import`, not `%s`", cmd);
-	if ((o.no_nft || o.config || o.docker_profile) && strcmp(cmd, "policy") != 0)
-		return usage_error("--no-nft, --config and --docker-profile belong to `policy`, not `%s`", cmd);
-	if (strcmp(cmd, "policy") == 0) {
-		struct lbc_policy_opts po = {
-			.json = o.json, .no_nft = o.no_nft, .config = o.config, .docker_profile = o.docker_profile
-		};
-		return lbc_cmd_policy(&po, n, args);
-	}
-	if (strcmp(cmd, "image") == 0) {
-		struct lbc_image_opts io = { .socket = o.socket, .json = o.json, .name = o.name };
-		return lbc_cmd_image(&io, n, args);
-	}
-
-	static const struct {
-		const char *name;
-		int (*fn)(const struct opts *, int, char **);
-	} commands[] = {
-		{ "run", cmd_run },   { "ls", cmd_ls },	    { "inspect", cmd_inspect },
-		{ "stop", cmd_stop }, { "rm", cmd_rm },	    { "files", cmd_files },
-		{ "cp", cmd_cp },     { "runs", cmd_runs }, { "health", cmd_health },
-	};
-	for (size_t i = 0; i < LB_ARRAY_SIZE(commands); i++)
-		if (strcmp(cmd, commands[i].name) == 0)
-			return commands[i].fn(&o, n, args);
-	return usage_error("unknown command `%s`", cmd);
+	return dispatch(&o, argv[optind], argc - optind - 1, argv + optind + 1);
 }
