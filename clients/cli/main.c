@@ -30,9 +30,13 @@
 #include "client.h"
 #include "format.h"
 #include "image.h"
+#include "policy_cmd.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
 
+#ifndef LENSBOX_POLICY_DIR
+#define LENSBOX_POLICY_DIR "/etc/lensbox/policy"
+#endif
 #define EXIT_USAGE	 2
 #define EXIT_RUN_FAILED	 125
 #define EXIT_TIMED_OUT	 124
@@ -50,8 +54,10 @@ struct opts {
 	long output_limit; /* 0: the daemon's default */
 	long limit;	   /* runs */
 	const char *image, *network, *cpu, *memory;
-	bool top_only;	  /* files: not recursive */
-	const char *name; /* image import --name */
+	bool top_only;			     /* files: not recursive */
+	const char *name;		     /* image import --name */
+	bool no_nft;			     /* policy check --no-nft */
+	const char *config, *docker_profile; /* policy diff --config, policy explain --docker-profile */
 };
 
 static int64_t now_ms(void)
@@ -83,6 +89,13 @@ static void usage(FILE *f)
 	    "  image ls                         list images: names, digest, size, sandboxes using each\n"
 	    "  image inspect REF                show one image (REF: a name, sha256:DIGEST or a 12+ digit prefix)\n"
 	    "  image rm REF                     remove it (refused while a sandbox uses it)\n"
+	    "  policy check [DIR] [--no-nft]    parse every policy file as lensboxd would: file:line: reason (exit 1)\n"
+	    "  policy explain [DIR] [--docker-profile FILE]\n"
+	    "                                   the seccomp allowlist against Docker's default, Landlock, limits,\n"
+	    "                                   each network tier's egress in words\n"
+	    "  policy diff [DIR] [--config FILE]  the live nftables table inet lensbox against the files (exit 1\n"
+	    "                                   on drift; root); DIR defaults to " LENSBOX_POLICY_DIR "\n"
+	    "                                   policy commands need no lensboxd\n"
 	    "\n"
 	    "  --socket PATH   lensboxd's socket (default $LENSBOX_SOCKET or " LBC_DEFAULT_SOCKET ")\n"
 	    "  --json          print lensboxd's JSON answer instead of a table\n"
@@ -963,6 +976,49 @@ static int parse_long(const char *s, long lo, long hi, long *ret)
 	return 0;
 }
 
+/* Checks that the options given belong to cmd and runs it; returns the exit status. */
+static int dispatch(const struct opts *o, const char *cmd, int n, char **args)
+{
+	bool run_opts =
+	    o->python || o->bash || o->timeout || o->output_limit || o->image || o->network || o->cpu || o->memory;
+	if (run_opts && strcmp(cmd, "run") != 0)
+		return usage_error(
+		    "--python, --bash, --timeout, --output-limit, --image, --network, --cpu and --memory "
+		    "belong to `run`, not `%s`",
+		    cmd);
+	if (o->limit && strcmp(cmd, "runs") != 0)
+		return usage_error("--limit belongs to `runs`, not `%s`", cmd);
+	if (o->top_only && strcmp(cmd, "files") != 0)
+		return usage_error("--top belongs to `files`, not `%s`", cmd);
+	if (o->name && strcmp(cmd, "image") != 0)
+		return usage_error("--name belongs to `image import`, not `%s`", cmd);
+	if ((o->no_nft || o->config || o->docker_profile) && strcmp(cmd, "policy") != 0)
+		return usage_error("--no-nft, --config and --docker-profile belong to `policy`, not `%s`", cmd);
+	if (strcmp(cmd, "policy") == 0) {
+		struct lbc_policy_opts po = {
+			.json = o->json, .no_nft = o->no_nft, .config = o->config, .docker_profile = o->docker_profile
+		};
+		return lbc_cmd_policy(&po, n, args);
+	}
+	if (strcmp(cmd, "image") == 0) {
+		struct lbc_image_opts io = { .socket = o->socket, .json = o->json, .name = o->name };
+		return lbc_cmd_image(&io, n, args);
+	}
+
+	static const struct {
+		const char *name;
+		int (*fn)(const struct opts *, int, char **);
+	} commands[] = {
+		{ "run", cmd_run },   { "ls", cmd_ls },	    { "inspect", cmd_inspect },
+		{ "stop", cmd_stop }, { "rm", cmd_rm },	    { "files", cmd_files },
+		{ "cp", cmd_cp },     { "runs", cmd_runs }, { "health", cmd_health },
+	};
+	for (size_t i = 0; i < LB_ARRAY_SIZE(commands); i++)
+		if (strcmp(cmd, commands[i].name) == 0)
+			return commands[i].fn(o, n, args);
+	return usage_error("unknown command `%s`", cmd);
+}
+
 int main(int argc, char **argv)
 {
 	enum {
@@ -979,7 +1035,10 @@ int main(int argc, char **argv)
 		OPT_MEMORY,
 		OPT_TOP,
 		OPT_NAME,
-		OPT_VERSION
+		OPT_VERSION,
+		OPT_NO_NFT,
+		OPT_CONFIG,
+		OPT_DOCKER_PROFILE
 	};
 	static const struct option options[] = {
 		{ "socket", required_argument, NULL, OPT_SOCKET },
@@ -997,6 +1056,9 @@ int main(int argc, char **argv)
 		{ "name", required_argument, NULL, OPT_NAME },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, OPT_VERSION },
+		{ "no-nft", no_argument, NULL, OPT_NO_NFT },
+		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "docker-profile", required_argument, NULL, OPT_DOCKER_PROFILE },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .socket = getenv("LENSBOX_SOCKET") };
@@ -1048,6 +1110,15 @@ int main(int argc, char **argv)
 		case OPT_NAME:
 			o.name = optarg;
 			break;
+		case OPT_NO_NFT:
+			o.no_nft = true;
+			break;
+		case OPT_CONFIG:
+			o.config = optarg;
+			break;
+		case OPT_DOCKER_PROFILE:
+			o.docker_profile = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -1064,36 +1135,5 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	const char *cmd = argv[optind];
-	int n = argc - optind - 1;
-	char **args = argv + optind + 1;
-	bool run_opts = o.python || o.bash || o.timeout || o.output_limit || o.image || o.network || o.cpu || o.memory;
-	if (run_opts && strcmp(cmd, "run") != 0)
-		return usage_error(
-		    "--python, --bash, --timeout, --output-limit, --image, --network, --cpu and --memory "
-		    "belong to `run`, not `%s`",
-		    cmd);
-	if (o.limit && strcmp(cmd, "runs") != 0)
-		return usage_error("--limit belongs to `runs`, not `%s`", cmd);
-	if (o.top_only && strcmp(cmd, "files") != 0)
-		return usage_error("--top belongs to `files`, not `%s`", cmd);
-	if (o.name && strcmp(cmd, "image") != 0)
-		return usage_error("--name belongs to `image import`, not `%s`", cmd);
-	if (strcmp(cmd, "image") == 0) {
-		struct lbc_image_opts io = { .socket = o.socket, .json = o.json, .name = o.name };
-		return lbc_cmd_image(&io, n, args);
-	}
-
-	static const struct {
-		const char *name;
-		int (*fn)(const struct opts *, int, char **);
-	} commands[] = {
-		{ "run", cmd_run },   { "ls", cmd_ls },	    { "inspect", cmd_inspect },
-		{ "stop", cmd_stop }, { "rm", cmd_rm },	    { "files", cmd_files },
-		{ "cp", cmd_cp },     { "runs", cmd_runs }, { "health", cmd_health },
-	};
-	for (size_t i = 0; i < LB_ARRAY_SIZE(commands); i++)
-		if (strcmp(cmd, commands[i].name) == 0)
-			return commands[i].fn(&o, n, args);
-	return usage_error("unknown command `%s`", cmd);
+	return dispatch(&o, argv[optind], argc - optind - 1, argv + optind + 1);
 }

@@ -34,6 +34,7 @@
 #include "internal.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
+#include "lb/nftpolicy.h"
 
 extern char **environ;
 
@@ -119,62 +120,46 @@ static void record_base_shape(struct lb_net *ctx)
 		ctx->base_shape = (struct lb_nft_shape){ 0 };
 }
 
+/* The values lensboxd fills the templates with (nftpolicy.c knows which word is which). */
+static void ctx_vars(const struct lb_net *ctx, struct lb_nft_vars *v)
+{
+	char base[16];
+	*v = (struct lb_nft_vars){ .pool_base = ctx->pool_base,
+				   .resolver_port = ctx->resolver_port,
+				   .relay_port = ctx->relay_port,
+				   .services_uid = (uint32_t)ctx->services_uid,
+				   .upstream_port = ntohs(ctx->upstream.sin_port) };
+	ip_str(ctx->pool_base, base);
+	snprintf(v->pool, sizeof(v->pool), "%s/%u", base, ctx->pool_prefix);
+	inet_ntop(AF_INET, &ctx->upstream.sin_addr, v->upstream, sizeof(v->upstream));
+}
+
 static int load_base(struct lb_net *ctx, struct lb_error *err)
 {
-	_cleanup_free_ char *tmpl = NULL, *text = NULL, *all = NULL;
+	_cleanup_free_ char *tmpl = NULL, *text = NULL, *all = NULL, *denied = NULL;
 	int r = read_policy_file(ctx->policy_dir, "base.nft", &tmpl, err);
 	if (r < 0)
 		return r;
-	char pool[32], rport[8], lport[8], base[16];
-	ip_str(ctx->pool_base, base);
-	snprintf(pool, sizeof(pool), "%s/%u", base, ctx->pool_prefix);
-	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
-	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
-	const char *keys[] = { "POOL4", "RESOLVER_PORT", "RELAY_PORT" };
-	const char *vals[] = { pool, rport, lport };
-	r = lb_template_fill(tmpl, keys, vals, LB_ARRAY_SIZE(keys), &text, err);
+	struct lb_nft_vars vars;
+	ctx_vars(ctx, &vars);
+	r = lb_nft_render(LB_NFT_BASE, tmpl, &vars, &text, err);
 	if (r < 0)
-		return lb_error_wrap(err, "network/base.nft");
+		return r;
 	/* The services' egress, when they run as their own uid: in the same transaction, so the table is never
 	 * loaded without it. */
 	_cleanup_free_ char *services = NULL;
 	if (ctx->services_template) {
-		char uid[16], up[INET_ADDRSTRLEN], upport[8];
-		snprintf(uid, sizeof(uid), "%u", (unsigned)ctx->services_uid);
-		inet_ntop(AF_INET, &ctx->upstream.sin_addr, up, sizeof(up));
-		snprintf(upport, sizeof(upport), "%u", ntohs(ctx->upstream.sin_port));
-		const char *skeys[] = { "SERVICES_UID", "UPSTREAM", "UPSTREAM_PORT", "RESOLVER_PORT", "RELAY_PORT" };
-		const char *svals[] = { uid, up, upport, rport, lport };
-		r = lb_template_fill(ctx->services_template, skeys, svals, LB_ARRAY_SIZE(skeys), &services, err);
+		r = lb_nft_render(LB_NFT_SERVICES, ctx->services_template, &vars, &services, err);
 		if (r < 0)
-			return lb_error_wrap(err, "network/services.nft");
+			return r;
 	}
-
 	/* the denied sets' elements, from denied.list */
-	_cleanup_free_ char *v4 = NULL, *v6 = NULL;
-	size_t l4 = 0, l6 = 0;
-	FILE *f4 = open_memstream(&v4, &l4), *f6 = open_memstream(&v6, &l6);
-	if (!f4 || !f6) {
-		if (f4)
-			fclose(f4);
-		if (f6)
-			fclose(f6);
-		return lb_error_set(err, ENOMEM, "building the denied sets");
-	}
-	for (size_t i = 0; i < ctx->denied.n; i++) {
-		const struct lb_cidr *c = &ctx->denied.v[i];
-		char s[INET6_ADDRSTRLEN];
-		inet_ntop(c->family, c->addr, s, sizeof(s));
-		FILE *f = c->family == AF_INET ? f4 : f6;
-		fprintf(f, "%s%s/%u", ftell(f) ? ", " : "", s, c->prefix);
-	}
-	fclose(f4);
-	fclose(f6);
+	r = lb_nft_render_denied(&ctx->denied, &denied, err);
+	if (r < 0)
+		return r;
 	/* Replace any earlier table in the same transaction: "add" makes sure "delete" has something to delete. */
-	if (asprintf(&all,
-		     "add table inet lensbox\ndelete table inet lensbox\n%s\n%s\n"
-		     "add element inet lensbox denied4 { %s }\nadd element inet lensbox denied6 { %s }\n",
-		     text, services ? services : "", v4, v6) < 0)
+	if (asprintf(&all, "add table inet lensbox\ndelete table inet lensbox\n%s\n%s\n%s", text,
+		     services ? services : "", denied) < 0)
 		return lb_error_set(err, ENOMEM, "building the base ruleset");
 	r = lb_nft_run(all, NULL, err);
 	if (r < 0)
@@ -213,9 +198,10 @@ static void load_offload(struct lb_net *ctx)
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "%s\"%s\"", i ? ", " : "", up[i].name);
 	fclose(f);
-	const char *keys[] = { "UPLINKS" };
-	const char *vals[] = { devs };
-	if (lb_template_fill(ctx->offload_template, keys, vals, 1, &text, &err) < 0 ||
+	struct lb_nft_vars vars;
+	ctx_vars(ctx, &vars);
+	vars.uplinks = devs;
+	if (lb_nft_render(LB_NFT_OFFLOAD, ctx->offload_template, &vars, &text, &err) < 0 ||
 	    lb_nft_run(text, NULL, &err) < 0) {
 		/* the usual reason: a kernel built without CONFIG_NF_FLOW_TABLE ("No such file or directory") */
 		snprintf(why, sizeof(why), "the kernel refused the flowtable (nf_flow_table): %.100s", err.msg);
@@ -495,23 +481,17 @@ static int find_slot_locked(struct lb_net *ctx, const char *name)
 static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, const char *name, struct lb_error *err)
 {
 	const char *tier = lb_tier_name(t);
-	char ifname[16], addr_s[16], gw_s[16], sb[16], rport[8], lport[8];
+	char ifname[16];
 	slot_ifname(slot, ifname);
-	snprintf(sb, sizeof(sb), "sb%u", slot);
-	uint32_t gw = ctx->pool_base + 4 * slot + 1;
-	ip_str(gw, gw_s);
-	ip_str(gw + 1, addr_s);
-	snprintf(rport, sizeof(rport), "%u", ctx->resolver_port);
-	snprintf(lport, sizeof(lport), "%u", ctx->relay_port);
-	const char *keys[] = {
-		"SB", "IFACE", "ADDR", "GATEWAY", "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR"
-	};
-	const char *vals[] = { sb, ifname, addr_s, gw_s, name, rport, lport, LB_NET_RESOLVER_ADDR };
+	struct lb_nft_vars vars;
+	ctx_vars(ctx, &vars);
+	vars.slot = slot;
+	vars.name = name;
 	_cleanup_free_ char *rules = NULL, *device = NULL, *all = NULL;
-	int r = lb_template_fill(t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, keys, vals,
-				 LB_ARRAY_SIZE(keys), &rules, err);
+	int r = lb_nft_render(t == LB_TIER_WEB ? LB_NFT_WEB : LB_NFT_PACKAGES,
+			      t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, &vars, &rules, err);
 	if (r < 0)
-		return lb_error_wrap(err, "network/%s.nft", tier);
+		return r;
 	pthread_mutex_lock(&ctx->lock);
 	bool offload = ctx->offload;
 	pthread_mutex_unlock(&ctx->lock);

@@ -16,10 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <yajl/yajl_tree.h>
 
 #include "internal.h"
 #include "lb/cleanup.h"
+#include "lb/fileio.h"
+#include "lb/nftpolicy.h"
 
 static void nft_ctx_freep(struct nft_ctx **c)
 {
@@ -33,16 +36,20 @@ static void yajl_freep(yajl_val *v)
 		yajl_tree_free(*v);
 }
 
-static int run(const char *cmds, bool json, char **ret_out, struct lb_error *err)
+/* cmds is nft's text, or with from_file the path of a file holding it (nft then names the line of an error). */
+static int run_as(const char *cmds, unsigned output_flags, bool dry_run, bool from_file, char **ret_out,
+		  struct lb_error *err)
 {
 	__attribute__((cleanup(nft_ctx_freep))) struct nft_ctx *nft = nft_ctx_new(NFT_CTX_DEFAULT);
 	if (!nft)
 		return lb_error_set(err, ENOMEM, "creating an nftables context");
-	if (json)
-		nft_ctx_output_set_flags(nft, NFT_CTX_OUTPUT_JSON);
+	if (output_flags)
+		nft_ctx_output_set_flags(nft, output_flags);
+	if (dry_run)
+		nft_ctx_set_dry_run(nft, true);
 	if (nft_ctx_buffer_output(nft) < 0 || nft_ctx_buffer_error(nft) < 0)
 		return lb_error_set(err, ENOMEM, "buffering nftables output");
-	if (nft_run_cmd_from_buffer(nft, cmds) != 0) {
+	if ((from_file ? nft_run_cmd_from_filename(nft, cmds) : nft_run_cmd_from_buffer(nft, cmds)) != 0) {
 		const char *e = nft_ctx_get_error_buffer(nft);
 		/* keep the first line of nft's message: it names the file position and the problem */
 		char first[300];
@@ -62,9 +69,37 @@ static int run(const char *cmds, bool json, char **ret_out, struct lb_error *err
 	return 0;
 }
 
+static int run(const char *cmds, bool json, char **ret_out, struct lb_error *err)
+{
+	return run_as(cmds, json ? NFT_CTX_OUTPUT_JSON : 0, false, false, ret_out, err);
+}
+
 int lb_nft_run(const char *cmds, char **ret_out, struct lb_error *err)
 {
 	return run(cmds, false, ret_out, err);
+}
+
+int lb_nft_exec(const char *cmds, bool dry_run, char **ret_out, struct lb_error *err)
+{
+	/* Through a memfd: libnftables names the line of an error only for a file ("FILE:LINE:COL: Error: ..."). */
+	_cleanup_close_ int fd = memfd_create("lensbox-nft", MFD_CLOEXEC);
+	if (fd < 0)
+		return lb_error_set(err, errno, "creating a memfd for nft");
+	if (lb_write_all(fd, cmds, strlen(cmds)) < 0)
+		return lb_error_set(err, errno, "writing the rules for nft");
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return run_as(path, 0, dry_run, true, ret_out, err);
+}
+
+int lb_nft_list_text(char **ret, struct lb_error *err)
+{
+	return run_as("list table inet lensbox", NFT_CTX_OUTPUT_HANDLE, false, false, ret, err);
+}
+
+int lb_nft_list_json(char **ret, struct lb_error *err)
+{
+	return run("list table inet lensbox", true, ret, err);
 }
 
 int lb_template_fill(const char *tmpl, const char *const *keys, const char *const *vals, size_t n, char **ret,
