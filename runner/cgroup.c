@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,9 +339,47 @@ int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)
 	}
 }
 
+int lb_cg_sigkill_listed(const char *procs)
+{
+	_cleanup_free_ char *list = NULL;
+	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, NULL);
+	if (r < 0)
+		return r;
+	int n = 0;
+	for (char *p = list; *p;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		/* A pid of our own (frozen) leaf: the sandbox's process, not a recycled one. */
+		if (pid > 1 && kill((pid_t)pid, SIGKILL) == 0)
+			n++;
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	return n;
+}
+
+#define KILL_ROUND_MS 500
+#define KILL_TOTAL_MS 5000
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
 {
-	return cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, err) : lb_cg1_kill(cg, leaf, err);
+	uint64_t deadline = mono_ms() + KILL_TOTAL_MS;
+	for (;;) {
+		int r = cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, KILL_ROUND_MS, err)
+						    : lb_cg1_kill(cg, leaf, KILL_ROUND_MS, err);
+		if (r != -EBUSY || mono_ms() >= deadline)
+			return r;
+	}
 }
 
 int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret)
