@@ -534,6 +534,25 @@ static int check_image(struct lbd *d, const char *image, struct lbd_ensure_resul
 	return 0;
 }
 
+/* A sandbox is never created or replaced with a spec this host cannot run now (it cannot run sandboxes at all, or not
+ * with that network tier): refused with 503 host_unavailable before anything is stopped, removed or recorded, so an
+ * existing sandbox keeps its files. start_locked() checks the same again for a sandbox that already exists. */
+static int check_host(const struct lbd *d, const struct lb_store_spec *spec, struct lbd_fail *f)
+{
+	const char *why = lbd_cannot_run(d);
+	if (why) {
+		lbd_fail_set(f, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
+		return -ENOSYS;
+	}
+	why = lbd_network_unavailable(d, spec->network);
+	if (why) {
+		lbd_fail_set(f, 503, "host_unavailable", "Sandboxes with network `%s` cannot run here: %s.",
+			     spec->network, why);
+		return -ENOSYS;
+	}
+	return 0;
+}
+
 static void image_releasep(struct lbd_image *img)
 {
 	lbd_image_release(img); /* accepts one that holds nothing */
@@ -550,7 +569,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	__attribute__((cleanup(image_releasep))) struct lbd_image img = { 0 };
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
-		if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
+		if ((r = check_host(d, &req->spec, f)) < 0 || (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 			return r;
 		bool created = false;
 		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
@@ -580,7 +599,9 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		char why[256];
 		spec_changes(&row, req, why, sizeof(why));
 		if (why[0]) {
-			if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
+			/* Everything the new spec needs is checked before the old sandbox goes. */
+			if ((r = check_host(d, &req->spec, f)) < 0 ||
+			    (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 				return r;
 			r = destroy_locked(d, sb, row.host_uid, f);
 			if (r < 0)
