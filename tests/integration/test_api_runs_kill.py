@@ -1,20 +1,22 @@
 """No process outlives its run, through lensboxd (issue 16, item 4): children a program detaches from it — a new
 session (setsid), nohup, a double fork, disown, with stdout and stderr closed or sent to /dev/null so they hold none of
 the run's pipes — are dead when the run's result arrives: after a normal exit (python and bash), after the time limit
-and after an OOM kill of the main program. The next run finds only init and itself.
+after an OOM kill of the main program, and when the client hung up before the result. The next run finds only init and
+itself.
 
 "Dead" is read from /proc on the host the moment the response is in: no process of the sandbox's host uid but its
 init (pid 1 in its namespace), zombies and processes already inside exit (PF_EXITING, past the point of running any
 code of theirs) left aside. Each program first proves its children were running when it ended, so a test whose
 children never started cannot pass."""
 import glob
+import json
 import os
 import sys
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import Daemon, wait_for  # noqa: E402
 
 PF_EXITING = 0x4
 
@@ -150,3 +152,26 @@ def test_detached_children_are_dead_after_an_oom_kill(d):
     assert r["stdout"] == "3 alive\n", r
     assert_none_left(d, n, r)
     assert d.ok_run(n, "print('again')")["stdout"] == "again\n"
+
+
+def test_detached_children_are_dead_when_the_client_went_away(d):
+    # The client hangs up while the run is in progress. lensboxd still runs the program to its end (there is no one
+    # to answer), and the run's end kills what it left before the run enters the ledger.
+    import socket
+    n = d.name("gone")
+    d.ok_run(n, "print('started')")  # the sandbox exists: its uid is known before the run
+    uid = host_uid(d, n)
+    src = PY_DETACH + "open('/sandbox/main-done', 'w').write(str(len(alive)))\ntime.sleep(1.5)\n"
+    body = json.dumps({"language": "python", "source": src}).encode()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(d.socket)
+    s.sendall(b"POST /v1/sandboxes/%s/runs HTTP/1.1\r\nHost: lensbox\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % (n.encode(), len(body)) + body)
+    assert wait_for(lambda: d.raw("GET", f"/v1/sandboxes/{n}/files/main-done")[0] == 200, 60), "the run never began"
+    s.close()
+    assert wait_for(lambda: len(d.request("GET", f"/v1/runs?sandbox={n}")[1]["runs"]) == 2, 60), "the run never ended"
+    left = survivors(uid)
+    run = d.request("GET", f"/v1/runs?sandbox={n}&limit=1")[1]["runs"][0]
+    assert left == [], f"processes of the run outlived it: {left}; run: {run}"
+    assert d.raw("GET", f"/v1/sandboxes/{n}/files/main-done")[2] == b"3", "not all children ran when it ended"
+    assert run["exit_code"] == 0, run
