@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -359,6 +360,72 @@ int lb_cg_sigkill_listed(const char *procs)
 			p++;
 	}
 	return n;
+}
+
+/* Up to max pids of the list in s into pids; returns how many. */
+static size_t parse_pids(const char *s, pid_t *pids, size_t max)
+{
+	size_t n = 0;
+	for (const char *p = s; *p && n < max;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (pid > 1)
+			pids[n++] = (pid_t)pid;
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	return n;
+}
+
+#define PIDFD_KILL_MAX 1024 /* per round; a longer list is finished by the next rounds */
+
+int lb_cg_sigkill_pidfds(const char *procs)
+{
+	_cleanup_free_ char *list = NULL;
+	size_t len = 0;
+	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	if (r < 0)
+		return r;
+	if (len == 0)
+		return 0;
+	_cleanup_free_ pid_t *pids = calloc(PIDFD_KILL_MAX, sizeof(pid_t));
+	_cleanup_free_ int *fds = calloc(PIDFD_KILL_MAX, sizeof(int));
+	if (!pids || !fds)
+		return -ENOMEM;
+	size_t n = parse_pids(list, pids, PIDFD_KILL_MAX);
+	for (size_t i = 0; i < n; i++)
+		fds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0u); /* -1: gone already */
+	/* Read again: a pid listed now, whose pidfd (opened before) still reaches a process at the kill below, was that
+	 * process all along (a pid is not reused before its process is reaped), so it is in our leaf; a process that is
+	 * gone by then makes the kill fail with ESRCH and hits nobody. */
+	free(TAKE_PTR(list));
+	r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	int signalled = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] < 0)
+			continue;
+		bool listed = false;
+		for (const char *p = r == 0 ? list : ""; *p && !listed;) {
+			char *end;
+			long pid = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			listed = pid == pids[i];
+			p = end;
+			while (*p == '\n')
+				p++;
+		}
+		/* Our own leaf's process, proven above; pidfd_send_signal cannot reach a recycled pid. */
+		if (listed && syscall(SYS_pidfd_send_signal, fds[i], SIGKILL, NULL, 0u) == 0)
+			signalled++;
+		close(fds[i]);
+	}
+	if (r < 0)
+		return r;
+	return len == 0 ? 0 : signalled + 1;
 }
 
 #define KILL_ROUND_MS 500

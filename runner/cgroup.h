@@ -136,6 +136,11 @@ static inline bool lb_cg_has_leaf(const struct lb_cgroup *cg, size_t dir, enum l
 /* SIGKILLs each pid listed in the cgroup.procs file at procs (never pid 1 of the host); only exact while that cgroup
  * is frozen (a frozen task cannot exit, so no pid is recycled under us). Returns how many were signalled. */
 int lb_cg_sigkill_listed(const char *procs);
+/* SIGKILLs the processes listed in the cgroup.procs file at procs without freezing them: each pid gets a pidfd, and
+ * only a pid still listed in a second read is signalled, through its pidfd (a recycled pid is never hit). A child
+ * forked meanwhile is left for the next call. Returns 0 when the list was empty, > 0 when it was not (call again
+ * after the signalled processes had a moment to exit), or a negative errno. */
+int lb_cg_sigkill_pidfds(const char *procs);
 /* Waits until <dir>/<leaf>/cgroup.procs is empty, up to timeout_ms (-EBUSY). */
 int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms);
 
