@@ -16,9 +16,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from lensbox_testlib.lensboxd import Daemon, wait_for  # noqa: E402
+from lensbox_testlib.lensboxd import BUILD_DIR, Daemon, wait_for  # noqa: E402
 
 PF_EXITING = 0x4
+PROBE = os.path.join(BUILD_DIR, "tests", "probe", "lensbox-probe")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,19 @@ def test_bash_detached_children_are_dead_when_the_result_arrives(d):
     r = d.ok_run(n, SH_DETACH, "bash")
     assert r["stdout"] == "4 alive\n", r
     assert r["exit_code"] == 0
+    assert_none_left(d, n, r)
+
+
+def test_a_detached_fork_chain_is_dead_when_the_result_arrives(d):
+    # Its processes fork and exit at once, so any pid read from the cgroup is soon stale: the kill must go on until
+    # the leaf is empty (on v1 through pidfds, then by freezing the leaf if forks outpace that; on v2 cgroup.kill is
+    # one atomic step). The probe reports once the chain is 100 generations along.
+    n = d.name("chain")
+    with open(PROBE, "rb") as f:
+        status, _, _ = d.raw("PUT", f"/v1/sandboxes/{n}/files/lensbox-probe", f.read())
+    assert status == 201
+    r = d.ok_run(n, "chmod +x lensbox-probe && ./lensbox-probe forkchain 60", "bash")
+    assert json.loads(r["stdout"])["ok"] is True, r
     assert_none_left(d, n, r)
 
 
