@@ -1,8 +1,10 @@
 /*
- * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h).
+ * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h); the kill's
+ * rounds and the SIGKILL of a leaf's listed pids, which both back ends use, live here too.
  *
  * Runs in the caller (root). Detection only looks (statfs, stat, access under /sys/fs/cgroup, else
- * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when
+ * /proc/self/mountinfo) and reads cgroup.controllers. Signals go only to pids read from one of our own leaves'
+ * cgroup.procs, either while that leaf is frozen or through a pidfd proven to be that pid's process (cgroup.h). The choice: v2 when
  * the cgroup2 hierarchy offers memory, cpu and pids (the design target); otherwise v1 when memory, cpu, pids and
  * freezer are mounted as v1 hierarchies (hybrid hosts such as this project's CI); otherwise sandboxes cannot run.
  */

@@ -2,7 +2,8 @@
  * cgroup.h — the runner's internal cgroup interface: one sandbox cgroup with two leaves, `init` (the sandbox's
  * pid 1) and `run` (the program of the current exec), limits on the parent. Two back ends behind it, one file each:
  * cgroup_v2.c (the design target: a delegated subtree, cgroup.kill) and cgroup_v1.c (hosts that still carry
- * memory/cpu/pids/freezer on v1: freezer + SIGKILL). cgroup.c detects which one the host has and dispatches.
+ * memory/cpu/pids/freezer on v1: SIGKILL through pidfds, freezer + SIGKILL as the fallback). cgroup.c detects which
+ * one the host has, dispatches, and holds what both share (the kill's rounds, SIGKILL of a leaf's listed pids).
  *
  * Runs in the caller (lensboxd or lensbox-runner, root). Invariant: nothing here creates, writes or removes a
  * cgroup outside the `lensbox` subtree (v1: <controller mount>/lensbox; v2: /sys/fs/cgroup/lensbox or the
@@ -94,10 +95,10 @@ int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
  * are not looked at (v1's freezer has both leaves: every process of a sandbox is in one of them). */
 bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
 
-/* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty: 0 then,
- * -ENOENT when the leaf does not exist, else a negative errno (-EBUSY: processes were still there after 5 s of
- * rounds) with err set. In rounds because a freeze that does not complete (a task stuck in D state) leaves the pid
- * list open to a fork: a child it missed is found by the next round. */
+/* Kills every process of a leaf (v2 cgroup.kill; v1 SIGKILL through pidfds, else freeze, SIGKILL each, thaw) and
+ * waits until it is empty: 0 then, -ENOENT when the leaf does not exist, else a negative errno (-EBUSY: processes
+ * were still there after 5 s of rounds) with err set. In rounds because a child forked while a round read the pids,
+ * or while a freeze did not complete (a task stuck in D state), is only found by the next one. */
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
 
 /* Resets the run leaf's peak memory (best effort) and reads the counters. */
