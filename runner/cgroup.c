@@ -3,10 +3,10 @@
  * rounds and the SIGKILL of a leaf's listed pids, which both back ends use, live here too.
  *
  * Runs in the caller (root). Detection only looks (statfs, stat, access under /sys/fs/cgroup, else
- * /proc/self/mountinfo) and reads cgroup.controllers. Signals go only to pids read from one of our own leaves'
- * cgroup.procs, either while that leaf is frozen or through a pidfd proven to be that pid's process (cgroup.h). The choice: v2 when
- * the cgroup2 hierarchy offers memory, cpu and pids (the design target); otherwise v1 when memory, cpu, pids and
- * freezer are mounted as v1 hierarchies (hybrid hosts such as this project's CI); otherwise sandboxes cannot run.
+ * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when the cgroup2 hierarchy offers memory, cpu
+ * and pids (the design target); otherwise v1 when memory, cpu, pids and freezer are mounted as v1 hierarchies
+ * (hybrid hosts such as this project's CI); otherwise sandboxes cannot run. Signals go only to pids read from one of
+ * our own leaves' cgroup.procs, either while that leaf is frozen or through a pidfd proven to be that pid's process.
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
