@@ -382,7 +382,7 @@ static size_t parse_pids(const char *s, pid_t *pids, size_t max)
 	return n;
 }
 
-#define PIDFD_KILL_MAX 1024 /* per round; a longer list is finished by the next rounds */
+#define PIDFD_KILL_MAX 256 /* per call (the policy's pids limit); a longer list is finished by the next calls */
 
 int lb_cg_sigkill_pidfds(const char *procs)
 {
@@ -393,10 +393,8 @@ int lb_cg_sigkill_pidfds(const char *procs)
 		return r;
 	if (len == 0)
 		return 0;
-	_cleanup_free_ pid_t *pids = calloc(PIDFD_KILL_MAX, sizeof(pid_t));
-	_cleanup_free_ int *fds = calloc(PIDFD_KILL_MAX, sizeof(int));
-	if (!pids || !fds)
-		return -ENOMEM;
+	pid_t pids[PIDFD_KILL_MAX];
+	int fds[PIDFD_KILL_MAX];
 	size_t n = parse_pids(list, pids, PIDFD_KILL_MAX);
 	for (size_t i = 0; i < n; i++)
 		fds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0u); /* -1: gone already */
