@@ -1,10 +1,12 @@
 /*
- * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h).
+ * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h); the kill's
+ * rounds and the SIGKILL of a leaf's listed pids, which both back ends use, live here too.
  *
  * Runs in the caller (root). Detection only looks (statfs, stat, access under /sys/fs/cgroup, else
- * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when
- * the cgroup2 hierarchy offers memory, cpu and pids (the design target); otherwise v1 when memory, cpu, pids and
- * freezer are mounted as v1 hierarchies (hybrid hosts such as this project's CI); otherwise sandboxes cannot run.
+ * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when the cgroup2 hierarchy offers memory, cpu
+ * and pids (the design target); otherwise v1 when memory, cpu, pids and freezer are mounted as v1 hierarchies
+ * (hybrid hosts such as this project's CI); otherwise sandboxes cannot run. Signals go only to pids read from one of
+ * our own leaves' cgroup.procs, either while that leaf is frozen or through a pidfd proven to be that pid's process.
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -17,11 +19,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -338,9 +342,111 @@ int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)
 	}
 }
 
+int lb_cg_sigkill_listed(const char *procs)
+{
+	_cleanup_free_ char *list = NULL;
+	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, NULL);
+	if (r < 0)
+		return r;
+	int n = 0;
+	for (char *p = list; *p;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		/* A pid of our own (frozen) leaf: the sandbox's process, not a recycled one. */
+		if (pid > 1 && kill((pid_t)pid, SIGKILL) == 0)
+			n++;
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	return n;
+}
+
+/* Up to max pids of the list in s into pids; returns how many. */
+static size_t parse_pids(const char *s, pid_t *pids, size_t max)
+{
+	size_t n = 0;
+	for (const char *p = s; *p && n < max;) {
+		char *end;
+		long pid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (pid > 1)
+			pids[n++] = (pid_t)pid;
+		p = end;
+		while (*p == '\n')
+			p++;
+	}
+	return n;
+}
+
+#define PIDFD_KILL_MAX 256 /* per call (the policy's pids limit); a longer list is finished by the next calls */
+
+int lb_cg_sigkill_pidfds(const char *procs)
+{
+	_cleanup_free_ char *list = NULL;
+	size_t len = 0;
+	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	if (r < 0)
+		return r;
+	if (len == 0)
+		return 0;
+	pid_t pids[PIDFD_KILL_MAX];
+	int fds[PIDFD_KILL_MAX];
+	size_t n = parse_pids(list, pids, PIDFD_KILL_MAX);
+	for (size_t i = 0; i < n; i++)
+		fds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0u); /* -1: gone already */
+	/* Read again: a pid listed now, whose pidfd (opened before) still reaches a process at the kill below, was that
+	 * process all along (a pid is not reused before its process is reaped), so it is in our leaf; a process that is
+	 * gone by then makes the kill fail with ESRCH and hits nobody. */
+	free(TAKE_PTR(list));
+	r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
+	int signalled = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] < 0)
+			continue;
+		bool listed = false;
+		for (const char *p = r == 0 ? list : ""; *p && !listed;) {
+			char *end;
+			long pid = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			listed = pid == pids[i];
+			p = end;
+			while (*p == '\n')
+				p++;
+		}
+		/* Our own leaf's process, proven above; pidfd_send_signal cannot reach a recycled pid. */
+		if (listed && syscall(SYS_pidfd_send_signal, fds[i], SIGKILL, NULL, 0u) == 0)
+			signalled++;
+		close(fds[i]);
+	}
+	if (r < 0)
+		return r;
+	return len == 0 ? 0 : signalled + 1;
+}
+
+#define KILL_ROUND_MS 500
+#define KILL_TOTAL_MS 5000
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
 {
-	return cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, err) : lb_cg1_kill(cg, leaf, err);
+	uint64_t deadline = mono_ms() + KILL_TOTAL_MS;
+	for (;;) {
+		int r = cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, KILL_ROUND_MS, err)
+						    : lb_cg1_kill(cg, leaf, KILL_ROUND_MS, err);
+		if (r != -EBUSY || mono_ms() >= deadline)
+			return r;
+	}
 }
 
 int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret)

@@ -2,7 +2,8 @@
  * cgroup.h — the runner's internal cgroup interface: one sandbox cgroup with two leaves, `init` (the sandbox's
  * pid 1) and `run` (the program of the current exec), limits on the parent. Two back ends behind it, one file each:
  * cgroup_v2.c (the design target: a delegated subtree, cgroup.kill) and cgroup_v1.c (hosts that still carry
- * memory/cpu/pids/freezer on v1: freezer + SIGKILL). cgroup.c detects which one the host has and dispatches.
+ * memory/cpu/pids/freezer on v1: SIGKILL through pidfds, freezer + SIGKILL as the fallback). cgroup.c detects which
+ * one the host has, dispatches, and holds what both share (the kill's rounds, SIGKILL of a leaf's listed pids).
  *
  * Runs in the caller (lensboxd or lensbox-runner, root). Invariant: nothing here creates, writes or removes a
  * cgroup outside the `lensbox` subtree (v1: <controller mount>/lensbox; v2: /sys/fs/cgroup/lensbox or the
@@ -94,7 +95,10 @@ int lb_cg_open_leaf_dir(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
  * are not looked at (v1's freezer has both leaves: every process of a sandbox is in one of them). */
 bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf);
 
-/* Kills every process of a leaf (v2 cgroup.kill; v1 freeze, SIGKILL each, thaw) and waits until it is empty. */
+/* Kills every process of a leaf (v2 cgroup.kill; v1 SIGKILL through pidfds, else freeze, SIGKILL each, thaw) and
+ * waits until it is empty: 0 then, -ENOENT when the leaf does not exist, else a negative errno (-EBUSY: processes
+ * were still there after 5 s of rounds) with err set. In rounds because a child forked while a round read the pids,
+ * or while a freeze did not complete (a task stuck in D state), is only found by the next one. */
 int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
 
 /* Resets the run leaf's peak memory (best effort) and reads the counters. */
@@ -113,12 +117,14 @@ void lb_cg_free(struct lb_cgroup *cg);
 /* Back ends (cgroup_v1.c, cgroup_v2.c); called only through the functions above. */
 int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
 		 const struct lb_sandbox_limits *limits, struct lb_error *err);
-int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
+/* One round of lb_cg_kill(): signals everything in the leaf, then waits up to wait_ms for it to empty (-EBUSY, err
+ * set, when it did not). */
+int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err);
 int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
 int lb_cg1_reset_peak(struct lb_cgroup *cg);
 int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
 		 const struct lb_sandbox_limits *limits, struct lb_error *err);
-int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err);
+int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err);
 int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
 int lb_cg2_reset_peak(struct lb_cgroup *cg);
 
@@ -128,7 +134,15 @@ static inline bool lb_cg_has_leaf(const struct lb_cgroup *cg, size_t dir, enum l
 {
 	return cg->leaves[dir] & (1u << leaf);
 }
-/* Waits until <dir>/<leaf>/cgroup.procs is empty, up to timeout_ms. */
+/* SIGKILLs each pid listed in the cgroup.procs file at procs (never pid 1 of the host); only exact while that cgroup
+ * is frozen (a frozen task cannot exit, so no pid is recycled under us). Returns how many were signalled. */
+int lb_cg_sigkill_listed(const char *procs);
+/* SIGKILLs the processes listed in the cgroup.procs file at procs without freezing them: each pid gets a pidfd, and
+ * only a pid still listed in a second read is signalled, through its pidfd (a recycled pid is never hit). A child
+ * forked meanwhile is left for the next call. Returns 0 when the list was empty, > 0 when it was not (call again
+ * after the signalled processes had a moment to exit), or a negative errno. */
+int lb_cg_sigkill_pidfds(const char *procs);
+/* Waits until <dir>/<leaf>/cgroup.procs is empty, up to timeout_ms (-EBUSY). */
 int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms);
 
 #endif

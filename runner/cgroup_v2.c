@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +182,7 @@ static int wait_event(const char *leafdir, const char *key, uint64_t want, int t
 	}
 }
 
-int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
+int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err)
 {
 	char leafdir[PATH_MAX];
 	snprintf(leafdir, sizeof(leafdir), "%s/%s", cg->dirs[0], lb_cg_leaf_name(leaf));
@@ -198,34 +197,22 @@ int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err
 	/* cgroup.kill SIGKILLs every process of our own leaf, atomically with respect to forks. */
 	int r = write_in(leafdir, "cgroup.kill", "1", NULL);
 	if (r < 0) {
-		/* Before 5.14: freeze, kill each pid (frozen tasks cannot exit, so no pid is recycled), thaw. */
+		/* Before 5.14: freeze (a child forked meanwhile is frozen too), kill each pid (frozen tasks cannot
+		 * exit, so no pid is recycled), thaw. */
 		r = write_in(leafdir, "cgroup.freeze", "1", err);
 		if (r < 0)
 			return r;
-		(void)wait_event(leafdir, "frozen", 1, 2000);
+		(void)wait_event(leafdir, "frozen", 1, 1000);
 		char procs[PATH_MAX];
 		snprintf(procs, sizeof(procs), "%s/cgroup.procs", leafdir);
-		_cleanup_free_ char *list = NULL;
-		if (lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, NULL) == 0) {
-			for (char *p = list; *p;) {
-				char *end;
-				long pid = strtol(p, &end, 10);
-				if (end == p)
-					break;
-				if (pid > 1)
-					kill((pid_t)pid, SIGKILL);
-				p = end;
-				while (*p == '\n')
-					p++;
-			}
-		}
+		(void)lb_cg_sigkill_listed(procs);
 		r = write_in(leafdir, "cgroup.freeze", "0", err);
 		if (r < 0)
 			return r;
 	}
-	r = wait_event(leafdir, "populated", 0, 5000);
+	r = wait_event(leafdir, "populated", 0, wait_ms);
 	if (r < 0)
-		return lb_error_set(err, r, "waiting for cgroup %s to empty", leafdir);
+		return lb_error_set(err, r == -ETIMEDOUT ? -EBUSY : r, "waiting for cgroup %s to empty", leafdir);
 	return 0;
 }
 

@@ -36,8 +36,9 @@
  *
  * A failed step in C1 or C2 is reported through a CLOEXEC pipe with its name and errno, and nothing runs. The
  * caller polls C2's pidfd, both output pipes and the deadline; when C2 is gone (the main program ended) or the
- * deadline passes it kills the whole `run` leaf, so daemons the program left and children holding the pipes die
- * and the result arrives. Output is captured with bounded memory (output.c).
+ * deadline passes it kills the whole `run` leaf, so daemons the program left (holding the pipes or not) die before
+ * the result is returned, and the result arrives; a leaf that cannot be emptied is an error, not a result. Output
+ * is captured with bounded memory (output.c).
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -617,21 +618,24 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms : 0, drain_deadline = 0;
 	siginfo_t status;
 	memset(&status, 0, sizeof(status));
+	int kill_r = 0;
+	struct lb_error kill_err;
+	lb_error_clear(&kill_err);
 	for (;;) {
-		if (main_done && out[0] < 0 && errp[0] < 0)
-			break;
 		uint64_t now = now_ms();
 		if (!killed && (main_done || (deadline && now >= deadline))) {
 			if (!main_done)
 				timed_out = true;
-			/* The main program is gone (or out of time): everything left in the run leaf dies, so
-			 * daemons and children holding our pipes cannot delay the result. */
-			struct lb_error kerr;
-			lb_cg_kill(sb->cg, LB_CG_RUN, &kerr);
+			/* The main program is gone (or out of time): everything left in the run leaf dies before the
+			 * result, whether or not it holds our pipes (a daemon that closed them is no less alive), so
+			 * none outlives the run and none can delay the result. */
+			kill_r = lb_cg_kill(sb->cg, LB_CG_RUN, &kill_err);
 			killed = true;
 			drain_deadline = now_ms() + DRAIN_AFTER_KILL_MS;
 			continue;
 		}
+		if (main_done && out[0] < 0 && errp[0] < 0)
+			break;
 		if (killed && now >= drain_deadline) {
 			if (main_done)
 				break;	   /* a writer outside the leaf cannot exist; never hang on it anyway */
@@ -666,6 +670,12 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			main_done = true;
 			c2 = -1;
 		}
+	}
+	if (kill_r < 0 && kill_r != -ENOENT) {
+		/* Something of the run may still be alive: no result. The caller stops the sandbox (or retries the
+		 * kill with the next run, which refuses to start while the leaf is not empty). */
+		r = lb_error_set(err, kill_r, "exec: killing what the program left: %s", kill_err.msg);
+		goto out;
 	}
 	uint64_t t1 = now_ms();
 	lb_cg_read_stats(sb->cg, &after);

@@ -371,26 +371,36 @@ static void release_slot(struct lbd *d)
 	pthread_mutex_unlock(&d->table_mu);
 }
 
-/* Under the turn: starts the sandbox described by row. pre (may be NULL): row's image, resolved by the caller an
- * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. */
-static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
-			const struct lbd_image *pre, struct lbd_ensure_result *ret, struct lbd_fail *f)
+/* A sandbox is never created or replaced with a spec this host cannot run now (it cannot run sandboxes at all, or not
+ * with that network tier): refused with 503 host_unavailable before anything is stopped, removed or recorded, so an
+ * existing sandbox keeps its files. start_locked() asks again for one that exists (the config may have changed). */
+static int check_host(const struct lbd *d, const struct lb_store_spec *spec, struct lbd_fail *f)
 {
 	const char *why = lbd_cannot_run(d);
 	if (why) {
 		lbd_fail_set(f, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
 		return -ENOSYS;
 	}
-	why = lbd_network_unavailable(d, row->spec.network);
+	why = lbd_network_unavailable(d, spec->network);
 	if (why) {
 		lbd_fail_set(f, 503, "host_unavailable", "Sandboxes with network `%s` cannot run here: %s.",
-			     row->spec.network, why);
+			     spec->network, why);
 		return -ENOSYS;
 	}
+	return 0;
+}
+
+/* Under the turn: starts the sandbox described by row. pre (may be NULL): row's image, resolved by the caller an
+ * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. */
+static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
+			const struct lbd_image *pre, struct lbd_ensure_result *ret, struct lbd_fail *f)
+{
+	int r = check_host(d, &row->spec, f);
+	if (r < 0)
+		return r;
 	struct lbd_image img = { 0 };
 	struct lb_error err = { 0 };
 	struct lbd_image_pulled pulled = { 0 };
-	int r = 0;
 	const struct lbd_image *use = pre;
 	if (!use) {
 		/* touch: the image's last use is now, for garbage collection */
@@ -552,7 +562,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	__attribute__((cleanup(image_releasep))) struct lbd_image img = { 0 };
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
-		if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
+		if ((r = check_host(d, &req->spec, f)) < 0 || (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 			return r;
 		bool created = false;
 		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
@@ -582,7 +592,9 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		char why[256];
 		spec_changes(&row, req, why, sizeof(why));
 		if (why[0]) {
-			if ((r = check_image(d, req->spec.image, ret, &img, f)) < 0)
+			/* Everything the new spec needs is checked before the old sandbox goes. */
+			if ((r = check_host(d, &req->spec, f)) < 0 ||
+			    (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 				return r;
 			r = destroy_locked(d, sb, row.host_uid, f);
 			if (r < 0)

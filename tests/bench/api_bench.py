@@ -16,6 +16,10 @@ Four figures, each the median of N rounds, measured from this process (wall cloc
   cold      the first run in a new sandbox of a second lensboxd with spare_sandboxes = 0: created, storage made,
             started, run
 Targets (issue 4): existing <= 1.1x bare, new <= 1.3x bare. Runs as root against two private lensboxd.
+
+With --compare-build-dir DIR, a third lensboxd from another build (e.g. main's) runs the `existing` variant in the
+same rounds, and a `compare` line gives both medians, their ratio (this build / the other) and the median of the
+per-round differences: this machine is shared and its load swings, so only figures from one run compare.
 """
 import argparse
 import http.client
@@ -29,6 +33,19 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+
+
+class OtherBuildDaemon(Daemon):
+    """A lensboxd of another build (its supervisor/lensboxd), otherwise as Daemon."""
+
+    def __init__(self, build_dir, **kw):
+        self.binary = os.path.join(build_dir, "supervisor", "lensboxd")
+        if not os.access(self.binary, os.X_OK):
+            raise SystemExit(f"{self.binary} is not built")
+        super().__init__(**kw)
+
+    def argv(self):
+        return [self.binary] + super().argv()[1:]
 
 
 class Conn(http.client.HTTPConnection):
@@ -62,7 +79,17 @@ def timed(fn):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--compare-build-dir", help="another build whose lensboxd runs `existing` alongside")
     args = ap.parse_args()
+    if args.compare_build_dir:
+        settings = {"max_running": "64", "log_level": "info", "spare_sandboxes": "0"}
+        with OtherBuildDaemon(args.compare_build_dir, settings=settings) as other:
+            measure(args, other)
+    else:
+        measure(args, None)
+
+
+def measure(args, other):
     body = json.dumps({"language": "python", "source": "print(1)"})
     with Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "1"}) as d, \
             Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "0"}) as cold_d:
@@ -83,7 +110,9 @@ def main():
         for _ in range(3):  # warm caches on both sides
             bare()
             api_run(d.socket, existing_name, body)
-        bare_ms, existing_ms, new_ms, cold_ms, inside_ms = [], [], [], [], []
+            if other:
+                api_run(other.socket, other.name("bench"), body)
+        bare_ms, existing_ms, new_ms, cold_ms, inside_ms, other_ms = [], [], [], [], [], []
         for i in range(args.rounds):
             spare_ready()  # not timed; the machine idles a moment here
             fresh, cold = d.name(f"new{i}"), cold_d.name(f"cold{i}")
@@ -94,6 +123,8 @@ def main():
                 lambda: new_ms.append(timed(lambda: api_run(d.socket, fresh, body))),
                 lambda: cold_ms.append(timed(lambda: api_run(cold_d.socket, cold, body))),
             ]
+            if other:
+                variants.append(lambda: other_ms.append(timed(lambda: api_run(other.socket, other.name("bench"), body))))
             # Interleaved, so any drift of the machine hits all of them alike, and in an order that rotates every
             # round: the first one after the idle moment runs with colder caches, and each variant is first as
             # often as the others.
@@ -112,6 +143,11 @@ def main():
               f"   [{taken} of {args.rounds} from a spare]")
         print(f"API run, new sandbox, no spare (cold)  : {c:7.1f} ms   ratio {c / b:4.2f}x")
         print(f"  of which the program itself (duration_ms, existing): {statistics.median(inside_ms):.1f} ms")
+        if other:
+            o = statistics.median(other_ms)
+            paired = statistics.median(x - y for x, y in zip(existing_ms, other_ms))
+            print(f"compare: existing here {e:.2f} ms, {args.compare_build_dir} {o:.2f} ms, ratio {e / o:5.3f}, "
+                  f"paired difference {paired:+.2f} ms")
         print(json.dumps({"bare_ms": round(b, 2), "existing_ms": round(e, 2), "new_ms": round(n, 2),
                           "cold_ms": round(c, 2), "ratio_existing": round(e / b, 3), "ratio_new": round(n / b, 3),
                           "ratio_cold": round(c / b, 3), "new_from_spare": taken}))

@@ -104,16 +104,17 @@ def test_missing_image_is_503(d):
     assert status == 503 and b["error"]["code"] == "image_unavailable"
 
 
-def test_network_change_recreates(d):
+def test_network_change_this_host_cannot_serve_is_refused_first(d):
+    # networking is off here: a change to `web` is refused and nothing is replaced (with networking on it recreates:
+    # test_api_sandboxes_refuse.py, test_client_daemon.py, test_daemon_network.py)
     n = d.name("net")
     d.ok_run(n, "open('old.txt', 'w').write('old')")
     status, b = d.request("PUT", f"/v1/sandboxes/{n}", {"network": "web"})
-    assert status == 200 and b["recreated"] == "the network changed from off to web"
-    assert b["sandbox"]["spec"]["network"] == "web" and b["sandbox"]["runs"] == 0
+    assert status == 503 and b["error"]["code"] == "host_unavailable", b
     status, b = d.request("PUT", f"/v1/sandboxes/{n}", {"network": "off", "image": "python:3.12-slim"})
-    assert b["recreated"] == "the network changed from web to off"
-    r = d.ok_run(n, "import os\nprint(sorted(set(os.listdir('.')) - {'lost+found'}))")
-    assert r["stdout"] == "[]\n"
+    assert status == 200 and b["recreated"] is None
+    r = d.ok_run(n, "print(open('old.txt').read())")
+    assert r["stdout"] == "old\n"
 
 
 def test_idle_stop_and_keep_deletion_with_seconds_scale_config():

@@ -1145,6 +1145,46 @@ static int op_daemon(char **a)
 	return report(0);
 }
 
+/* Leaves a detached chain behind: in a new session, a process that forks and exits at once, its child doing the same,
+ * for SECONDS (default 60), stdio on /dev/null; no pid of it lives long. Reports once the chain has made 100
+ * generations, so it runs when the probe ends. */
+static int op_forkchain(char **a)
+{
+	long secs = a[0] ? num(a[0]) : 60;
+	int up[2];
+	if (pipe(up) < 0)
+		return report_errno(errno);
+	pid_t p = fork();
+	if (p < 0)
+		return report_errno(errno);
+	if (p == 0) {
+		setsid();
+		close(up[0]);
+		int fd = open("/dev/null", O_RDWR);
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		time_t end = time(NULL) + secs;
+		for (long gen = 0; time(NULL) < end;) {
+			pid_t c = fork();
+			if (c > 0)
+				_exit(0);
+			if (c == 0 && ++gen == 100) {
+				if (write(up[1], "x", 1) < 0)
+					_exit(1);
+				close(up[1]);
+			}
+		}
+		_exit(0);
+	}
+	close(up[1]);
+	char x;
+	ssize_t n = read(up[0], &x, 1);
+	close(up[0]);
+	waitpid(p, NULL, 0);
+	return n == 1 ? report(0) : report_errno(EIO);
+}
+
 /* Writes `bytes` to stdout (or stderr when the second argument is "stderr") as fast as possible. */
 static int op_flood(char **a)
 {
@@ -1247,6 +1287,7 @@ static const struct op {
 	{ "sleep", 0, op_sleep, "[SECONDS]" },
 	{ "ignore-term", 0, op_ignore_term, "" },
 	{ "daemon", 0, op_daemon, "[SECONDS]" },
+	{ "forkchain", 0, op_forkchain, "[SECONDS]  (a detached chain of processes that fork and exit at once)" },
 	{ "flood", 0, op_flood, "[BYTES [stderr]]" },
 };
 
