@@ -1,6 +1,7 @@
 /*
- * cgroup.c — finds the host's cgroup layout and dispatches to the v1 or v2 back end (see cgroup.h); the kill's
- * rounds and the SIGKILL of a leaf's listed pids, which both back ends use, live here too.
+ * cgroup.c — finds the host's cgroup layout and drives a sandbox's cgroup through its back end's operations
+ * (struct lb_cg_ops: cgroup_v1.c or cgroup_v2.c, see cgroup.h), the kill's rounds included. What both back ends
+ * share (the leaves' names, waiting for a leaf to empty, SIGKILL of a leaf's listed pids) is cgroup_kill.c's.
  *
  * Runs in the caller (root). Detection only looks (statfs, stat, access under /sys/fs/cgroup, else
  * /proc/self/mountinfo) and reads cgroup.controllers. The choice: v2 when the cgroup2 hierarchy offers memory, cpu
@@ -31,11 +32,6 @@
 #include <unistd.h>
 
 static const char *const v1_names[LB_CG1_N] = { "memory", "cpu", "cpuacct", "pids", "freezer" };
-
-const char *lb_cg_leaf_name(enum lb_cg_leaf leaf)
-{
-	return leaf == LB_CG_INIT ? "init" : "run";
-}
 
 /* True when the comma-separated list opts contains word. */
 static bool has_word(const char *opts, const char *word)
@@ -242,9 +238,11 @@ static int cg_new(const struct lb_cg_host *host, const char *name, bool create, 
 		cg->ctrl_dir[c] = -1;
 	int r;
 	if (host->version == LB_CGROUP_V2)
-		r = lb_cg2_setup(host, cg, name, create, lim, err);
+		cg->ops = &lb_cg2_ops;
 	else if (host->version == LB_CGROUP_V1)
-		r = lb_cg1_setup(host, cg, name, create, lim, err);
+		cg->ops = &lb_cg1_ops;
+	if (cg->ops)
+		r = cg->ops->setup(host, cg, name, create, lim, err);
 	else
 		r = lb_error_setx(err, ENOTSUP, "no cgroup hierarchy");
 	if (r < 0) {
@@ -321,113 +319,6 @@ bool lb_cg_populated(const struct lb_cgroup *cg, enum lb_cg_leaf leaf)
 	return false;
 }
 
-int lb_cg_wait_empty(const char *dir, enum lb_cg_leaf leaf, int timeout_ms)
-{
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/%s/cgroup.procs", dir, lb_cg_leaf_name(leaf));
-	for (int waited = 0;; waited++) {
-		_cleanup_free_ char *s = NULL;
-		size_t len = 0;
-		int r = lb_read_file_at(AT_FDCWD, path, 1 << 20, &s, &len);
-		if (r == -ENOENT)
-			return 0;
-		if (r < 0)
-			return r;
-		if (len == 0)
-			return 0;
-		if (waited * 1 >= timeout_ms)
-			return -EBUSY;
-		struct timespec ts = { 0, 1000000 };
-		nanosleep(&ts, NULL);
-	}
-}
-
-int lb_cg_sigkill_listed(const char *procs)
-{
-	_cleanup_free_ char *list = NULL;
-	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, NULL);
-	if (r < 0)
-		return r;
-	int n = 0;
-	for (char *p = list; *p;) {
-		char *end;
-		long pid = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		/* A pid of our own (frozen) leaf: the sandbox's process, not a recycled one. */
-		if (pid > 1 && kill((pid_t)pid, SIGKILL) == 0)
-			n++;
-		p = end;
-		while (*p == '\n')
-			p++;
-	}
-	return n;
-}
-
-/* Up to max pids of the list in s into pids; returns how many. */
-static size_t parse_pids(const char *s, pid_t *pids, size_t max)
-{
-	size_t n = 0;
-	for (const char *p = s; *p && n < max;) {
-		char *end;
-		long pid = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		if (pid > 1)
-			pids[n++] = (pid_t)pid;
-		p = end;
-		while (*p == '\n')
-			p++;
-	}
-	return n;
-}
-
-#define PIDFD_KILL_MAX 256 /* per call (the policy's pids limit); a longer list is finished by the next calls */
-
-int lb_cg_sigkill_pidfds(const char *procs)
-{
-	_cleanup_free_ char *list = NULL;
-	size_t len = 0;
-	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
-	if (r < 0)
-		return r;
-	if (len == 0)
-		return 0;
-	pid_t pids[PIDFD_KILL_MAX];
-	int fds[PIDFD_KILL_MAX];
-	size_t n = parse_pids(list, pids, PIDFD_KILL_MAX);
-	for (size_t i = 0; i < n; i++)
-		fds[i] = (int)syscall(SYS_pidfd_open, pids[i], 0u); /* -1: gone already */
-	/* Read again: a pid listed now, whose pidfd (opened before) still reaches a process at the kill below, was that
-	 * process all along (a pid is not reused before its process is reaped), so it is in our leaf; a process that is
-	 * gone by then makes the kill fail with ESRCH and hits nobody. */
-	free(TAKE_PTR(list));
-	r = lb_read_file_at(AT_FDCWD, procs, 1 << 22, &list, &len);
-	int signalled = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (fds[i] < 0)
-			continue;
-		bool listed = false;
-		for (const char *p = r == 0 ? list : ""; *p && !listed;) {
-			char *end;
-			long pid = strtol(p, &end, 10);
-			if (end == p)
-				break;
-			listed = pid == pids[i];
-			p = end;
-			while (*p == '\n')
-				p++;
-		}
-		/* Our own leaf's process, proven above; pidfd_send_signal cannot reach a recycled pid. */
-		if (listed && syscall(SYS_pidfd_send_signal, fds[i], SIGKILL, NULL, 0u) == 0)
-			signalled++;
-		close(fds[i]);
-	}
-	if (r < 0)
-		return r;
-	return len == 0 ? 0 : signalled + 1;
-}
-
 #define KILL_ROUND_MS 500
 #define KILL_TOTAL_MS 5000
 
@@ -442,8 +333,7 @@ int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
 {
 	uint64_t deadline = mono_ms() + KILL_TOTAL_MS;
 	for (;;) {
-		int r = cg->version == LB_CGROUP_V2 ? lb_cg2_kill(cg, leaf, KILL_ROUND_MS, err)
-						    : lb_cg1_kill(cg, leaf, KILL_ROUND_MS, err);
+		int r = cg->ops->kill(cg, leaf, KILL_ROUND_MS, err);
 		if (r != -EBUSY || mono_ms() >= deadline)
 			return r;
 	}
@@ -451,17 +341,14 @@ int lb_cg_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, struct lb_error *err)
 
 int lb_cg_begin_run(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 {
-	if (cg->version == LB_CGROUP_V2)
-		lb_cg2_reset_peak(cg);
-	else
-		lb_cg1_reset_peak(cg);
+	cg->ops->reset_peak(cg);
 	return lb_cg_read_stats(cg, ret);
 }
 
 int lb_cg_read_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 {
 	memset(ret, 0, sizeof(*ret));
-	return cg->version == LB_CGROUP_V2 ? lb_cg2_stats(cg, ret) : lb_cg1_stats(cg, ret);
+	return cg->ops->stats(cg, ret);
 }
 
 void lb_cg_remove_idle_leaf(struct lb_cgroup *cg, enum lb_cg_leaf leaf)

@@ -2,8 +2,10 @@
  * cgroup.h — the runner's internal cgroup interface: one sandbox cgroup with two leaves, `init` (the sandbox's
  * pid 1) and `run` (the program of the current exec), limits on the parent. Two back ends behind it, one file each:
  * cgroup_v2.c (the design target: a delegated subtree, cgroup.kill) and cgroup_v1.c (hosts that still carry
- * memory/cpu/pids/freezer on v1: SIGKILL through pidfds, freezer + SIGKILL as the fallback). cgroup.c detects which
- * one the host has, dispatches, and holds what both share (the kill's rounds, SIGKILL of a leaf's listed pids).
+ * memory/cpu/pids/freezer on v1: SIGKILL through pidfds, freezer + SIGKILL as the fallback), each a struct lb_cg_ops.
+ * cgroup.c detects which one the host has and drives it (the kill's rounds too); cgroup_kill.c holds what both back
+ * ends share (waiting for a leaf to empty, SIGKILL of a leaf's listed pids). cgroup.c -> back ends -> cgroup_kill.c,
+ * never back.
  *
  * Runs in the caller (lensboxd or lensbox-runner, root). Invariant: nothing here creates, writes or removes a
  * cgroup outside the `lensbox` subtree (v1: <controller mount>/lensbox; v2: /sys/fs/cgroup/lensbox or the
@@ -47,8 +49,11 @@ struct lb_cg_stats {
 
 #define LB_CG_MAX_DIRS LB_CG1_N
 
+struct lb_cg_ops;
+
 struct lb_cgroup {
 	enum lb_cgroup_version version;
+	const struct lb_cg_ops *ops; /* the back end's */
 	/* The sandbox directory in every distinct hierarchy (v2: one). */
 	char *dirs[LB_CG_MAX_DIRS];
 	size_t n_dirs;
@@ -114,21 +119,22 @@ int lb_cg_destroy(struct lb_cgroup *cg, struct lb_error *err);
 
 void lb_cg_free(struct lb_cgroup *cg);
 
-/* Back ends (cgroup_v1.c, cgroup_v2.c); called only through the functions above. */
-int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
-		 const struct lb_sandbox_limits *limits, struct lb_error *err);
-/* One round of lb_cg_kill(): signals everything in the leaf, then waits up to wait_ms for it to empty (-EBUSY, err
- * set, when it did not). */
-int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err);
-int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
-int lb_cg1_reset_peak(struct lb_cgroup *cg);
-int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
-		 const struct lb_sandbox_limits *limits, struct lb_error *err);
-int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err);
-int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret);
-int lb_cg2_reset_peak(struct lb_cgroup *cg);
+/* A back end's operations (cgroup_v1.c: lb_cg1_ops, cgroup_v2.c: lb_cg2_ops); called only through the functions
+ * above, which pick one at lb_cg_create()/lb_cg_open() (cg->ops). */
+struct lb_cg_ops {
+	/* Makes (create) or describes the sandbox's directories and leaves in cg, and writes the limits. */
+	int (*setup)(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		     const struct lb_sandbox_limits *limits, struct lb_error *err);
+	/* One round of lb_cg_kill(): signals everything in the leaf, then waits up to wait_ms for it to empty
+	 * (-EBUSY, err set, when it did not). */
+	int (*kill)(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err);
+	int (*stats)(struct lb_cgroup *cg, struct lb_cg_stats *ret);
+	int (*reset_peak)(struct lb_cgroup *cg);
+};
+extern const struct lb_cg_ops lb_cg1_ops;
+extern const struct lb_cg_ops lb_cg2_ops;
 
-/* Shared helpers for the back ends. */
+/* Shared helpers for the back ends (cgroup_kill.c). */
 const char *lb_cg_leaf_name(enum lb_cg_leaf leaf);
 static inline bool lb_cg_has_leaf(const struct lb_cgroup *cg, size_t dir, enum lb_cg_leaf leaf)
 {

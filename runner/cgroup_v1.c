@@ -60,8 +60,8 @@ static unsigned ctrl_leaves(int c)
 	}
 }
 
-int lb_cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
-		 const struct lb_sandbox_limits *lim, struct lb_error *err)
+static int cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		     const struct lb_sandbox_limits *lim, struct lb_error *err)
 {
 	for (int c = 0; c < LB_CG1_N; c++) {
 		if (!host->v1_mount[c][0])
@@ -184,7 +184,7 @@ static int wait_state(const char *leafdir, const char *want, int timeout_ms)
 #define PIDFD_ROUNDS  3
 #define PIDFD_WAIT_MS 20
 
-int lb_cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err)
+static int cg1_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err)
 {
 	const char *fz = dir_of(cg, LB_CG1_FREEZER);
 	char leafdir[PATH_MAX];
@@ -242,14 +242,14 @@ wait_all:
 	return 0;
 }
 
-int lb_cg1_reset_peak(struct lb_cgroup *cg)
+static int cg1_reset_peak(struct lb_cgroup *cg)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof(path), "%s/run/memory.max_usage_in_bytes", dir_of(cg, LB_CG1_MEMORY));
 	return lb_write_file_at(AT_FDCWD, path, "0");
 }
 
-int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
+static int cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 {
 	char path[PATH_MAX];
 	const char *mem = dir_of(cg, LB_CG1_MEMORY);
@@ -288,3 +288,10 @@ int lb_cg1_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 	(void)lb_read_u64_at(AT_FDCWD, path, &ret->peak_bytes);
 	return 0;
 }
+
+const struct lb_cg_ops lb_cg1_ops = {
+	.setup = cg1_setup,
+	.kill = cg1_kill,
+	.stats = cg1_stats,
+	.reset_peak = cg1_reset_peak,
+};

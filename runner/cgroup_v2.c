@@ -83,8 +83,8 @@ static int move_self_to_leaf(const char *own, struct lb_error *err)
 	return 0;
 }
 
-int lb_cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
-		 const struct lb_sandbox_limits *lim, struct lb_error *err)
+static int cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
+		     const struct lb_sandbox_limits *lim, struct lb_error *err)
 {
 	char *dir = NULL;
 	if (asprintf(&dir, "%s/%s", host->v2_base, name) < 0)
@@ -182,7 +182,7 @@ static int wait_event(const char *leafdir, const char *key, uint64_t want, int t
 	}
 }
 
-int lb_cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err)
+static int cg2_kill(struct lb_cgroup *cg, enum lb_cg_leaf leaf, int wait_ms, struct lb_error *err)
 {
 	char leafdir[PATH_MAX];
 	snprintf(leafdir, sizeof(leafdir), "%s/%s", cg->dirs[0], lb_cg_leaf_name(leaf));
@@ -229,7 +229,7 @@ static int recreate_run_leaf(struct lb_cgroup *cg)
 	return 0;
 }
 
-int lb_cg2_reset_peak(struct lb_cgroup *cg)
+static int cg2_reset_peak(struct lb_cgroup *cg)
 {
 	if (cg->peak_reset_unsupported)
 		return recreate_run_leaf(cg);
@@ -250,7 +250,7 @@ int lb_cg2_reset_peak(struct lb_cgroup *cg)
 	return recreate_run_leaf(cg);
 }
 
-int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
+static int cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 {
 	char path[PATH_MAX];
 	const char *dir = cg->dirs[0];
@@ -285,3 +285,10 @@ int lb_cg2_stats(struct lb_cgroup *cg, struct lb_cg_stats *ret)
 	}
 	return 0;
 }
+
+const struct lb_cg_ops lb_cg2_ops = {
+	.setup = cg2_setup,
+	.kill = cg2_kill,
+	.stats = cg2_stats,
+	.reset_peak = cg2_reset_peak,
+};
