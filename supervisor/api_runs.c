@@ -190,7 +190,7 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 		.stderr_limit = window,
 	};
 	uint64_t blocked0 = 0, blocked1 = 0;
-	bool networked = d->net && strcmp(row.spec.network, "off") != 0;
+	bool networked = d->net && row.spec.network != LB_TIER_OFF;
 	if (networked)
 		lb_net_blocked(d->net, req->name, &blocked0, NULL);
 	uint64_t t0 = lbd_mono_ms();

@@ -216,13 +216,7 @@ int lbd_config_set(struct lbd_config *cfg, const char *key, const char *value, s
 		r = parse_id_list(value, cfg->allowed_gids, &cfg->n_allowed_gids);
 		break;
 	case K_NETWORK:
-		if (strcmp(value, "off") == 0)
-			cfg->default_network = 0;
-		else if (strcmp(value, "packages") == 0)
-			cfg->default_network = 1;
-		else if (strcmp(value, "web") == 0)
-			cfg->default_network = 2;
-		else
+		if (lb_tier_parse(value, &cfg->default_network) < 0)
 			return lb_error_setx(err, EINVAL, "`%s` must be off, packages or web", key);
 		return 0;
 	case K_CPU: {

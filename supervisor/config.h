@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include "lb/tier.h"
 
 #include "lb/error.h"
 #include "lb/log.h"
@@ -31,7 +32,7 @@ struct lbd_config {
 	char policy_dir[256]; /* the reviewed policy files */
 	char images_dir[256]; /* unpacked images: <images_dir>/<name>/rootfs */
 	char default_image[128];
-	int default_network;		 /* enum lb_tier */
+	enum lb_tier default_network;
 	uint32_t default_cpu_millicores; /* 100..64000 */
 	uint64_t default_memory_bytes;	 /* 64Mi..64Gi */
 	uint64_t default_disk_bytes;	 /* 16Mi..1Ti */

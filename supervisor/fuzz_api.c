@@ -39,8 +39,7 @@ static void check_body(const struct lbd *d, const char *body, size_t len)
 		if (s->cpu_millicores < 100 || s->cpu_millicores > 64000 || s->memory_bytes < (64ull << 20) ||
 		    s->memory_bytes > (64ull << 30) || s->disk_bytes < (16ull << 20) || s->disk_bytes > (1ull << 40))
 			abort();
-		if (strcmp(s->network, "off") != 0 && strcmp(s->network, "packages") != 0 &&
-		    strcmp(s->network, "web") != 0)
+		if (!lb_tier_name(s->network))
 			abort();
 		if (req.has_image && !lbd_image_ref_valid(s->image))
 			abort();

@@ -193,8 +193,7 @@ int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *re
 	const struct lbd_config *c = &d->cfg;
 	struct lb_store_spec *s = &req->spec;
 	snprintf(s->image, sizeof(s->image), "%s", c->default_image);
-	static const char *const nets[] = { "off", "packages", "web" };
-	snprintf(s->network, sizeof(s->network), "%s", nets[c->default_network]);
+	s->network = c->default_network;
 	s->cpu_millicores = c->default_cpu_millicores;
 	s->memory_bytes = c->default_memory_bytes;
 	s->disk_bytes = c->default_disk_bytes;
@@ -218,12 +217,10 @@ int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *re
 		req->has_image = true;
 	}
 	if ((v = lbd_json_get(obj, "network"))) {
-		const char *net = YAJL_GET_STRING(v);
-		if (strcmp(net, "off") != 0 && strcmp(net, "packages") != 0 && strcmp(net, "web") != 0) {
+		if (lb_tier_parse(YAJL_GET_STRING(v), &s->network) < 0) {
 			lbd_fail_set(f, 422, "invalid_value", "`network` must be `off`, `packages` or `web`.");
 			return -EINVAL;
 		}
-		snprintf(s->network, sizeof(s->network), "%s", net);
 		req->has_network = true;
 	}
 	if ((v = lbd_json_get(obj, "cpu"))) {
@@ -406,7 +403,7 @@ void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_
 	lbd_gen_key(g, "spec");
 	yajl_gen_map_open(g);
 	lbd_gen_str(g, "image", sb->spec.image);
-	lbd_gen_str(g, "network", sb->spec.network);
+	lbd_gen_str(g, "network", lb_tier_name(sb->spec.network));
 	char cpu[32];
 	lbd_gen_str(g, "cpu", lb_format_cpu(sb->spec.cpu_millicores, cpu, sizeof(cpu)));
 	gen_size(g, "memory", sb->spec.memory_bytes);

@@ -268,10 +268,10 @@ void lbd_network_stop(struct lbd *d);
 void lbd_network_verify(struct lbd *d);
 /* lb_net_attach / lb_net_detach under net_mu, so the timer's repair never runs while a sandbox's network is being
  * set up or torn down (it would take a half-removed sandbox for a flushed one and load its rules again). */
-int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, const char *tier, struct lb_error *err);
+int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, enum lb_tier tier, struct lb_error *err);
 int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err);
 /* Why sandboxes of tier `network` cannot start here, or NULL. */
-const char *lbd_network_unavailable(const struct lbd *d, const char *network);
+const char *lbd_network_unavailable(const struct lbd *d, enum lb_tier network);
 
 /* ---- api_runs.c: ledger retention ---- */
 

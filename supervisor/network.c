@@ -59,7 +59,7 @@ void lbd_network_stop(struct lbd *d)
 	d->net = NULL;
 }
 
-int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, const char *tier, struct lb_error *err)
+int lbd_network_attach(struct lbd *d, const char *name, int netns_fd, enum lb_tier tier, struct lb_error *err)
 {
 	pthread_mutex_lock(&d->net_mu);
 	int r = lb_net_attach(d->net, name, netns_fd, tier, NULL, err);
@@ -140,9 +140,9 @@ void lbd_network_verify(struct lbd *d)
 	}
 }
 
-const char *lbd_network_unavailable(const struct lbd *d, const char *network)
+const char *lbd_network_unavailable(const struct lbd *d, enum lb_tier network)
 {
-	if (strcmp(network, "off") == 0 || d->net)
+	if (network == LB_TIER_OFF || d->net)
 		return NULL;
 	return d->net_error;
 }

@@ -96,15 +96,6 @@ void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t 
 	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, key);
 }
 
-static enum lb_tier tier_of(const char *network)
-{
-	if (strcmp(network, "web") == 0)
-		return LB_TIER_WEB;
-	if (strcmp(network, "packages") == 0)
-		return LB_TIER_PACKAGES;
-	return LB_TIER_OFF;
-}
-
 void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
 		     const char *key, const char *storage, struct lb_sandbox_spec *ret)
 {
@@ -125,7 +116,7 @@ void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint
 			    .disk_bytes = spec->disk_bytes ? spec->disk_bytes : d->cfg.default_disk_bytes,
 			    .tmp_bytes = lp->tmp_bytes,
 			    .shm_bytes = lp->shm_bytes },
-		.network = tier_of(spec->network),
+		.network = spec->network,
 		.image_env = (const char *const *)img->info->env,
 		.resolv_conf = lb_net_resolv_conf(spec->network),
 		.policy = d->policy,
@@ -384,7 +375,7 @@ static int check_host(const struct lbd *d, const struct lb_store_spec *spec, str
 	why = lbd_network_unavailable(d, spec->network);
 	if (why) {
 		lbd_fail_set(f, 503, "host_unavailable", "Sandboxes with network `%s` cannot run here: %s.",
-			     spec->network, why);
+			     lb_tier_name(spec->network), why);
 		return -ENOSYS;
 	}
 	return 0;
@@ -476,7 +467,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", nerr.msg);
 			lb_error(lf, "attaching the sandbox's network failed");
 			lbd_fail_set(f, 503, "host_unavailable", "The sandbox's network (%s) could not be set up: %s",
-				     row->spec.network, nerr.msg);
+				     lb_tier_name(row->spec.network), nerr.msg);
 			return r;
 		}
 	}
@@ -492,7 +483,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		lb_store_sandbox_set_digest(d->store, sb->name, digest, NULL);
 	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
 	log_fields(lf, sizeof(lf), sb->name, "runner=%s image=%s network=%s spare=%s duration_ms=%llu", key,
-		   row->spec.image, row->spec.network, from_spare ? "yes" : "no",
+		   row->spec.image, lb_tier_name(row->spec.network), from_spare ? "yes" : "no",
 		   (unsigned long long)(lbd_mono_ms() - t0));
 	lb_info(lf, "sandbox started");
 	return 0;
@@ -518,10 +509,10 @@ static void spec_changes(const struct lb_store_sandbox *row, const struct lbd_sp
 	buf[0] = '\0';
 	if (req->has_image && strcmp(row->spec.image, req->spec.image) != 0)
 		snprintf(buf, size, "the image changed from %.100s to %.100s", row->spec.image, req->spec.image);
-	if (req->has_network && strcmp(row->spec.network, req->spec.network) != 0) {
+	if (req->has_network && row->spec.network != req->spec.network) {
 		size_t n = strlen(buf);
-		snprintf(buf + n, size - n, "%sthe network changed from %s to %s", n ? " and " : "", row->spec.network,
-			 req->spec.network);
+		snprintf(buf + n, size - n, "%sthe network changed from %s to %s", n ? " and " : "",
+			 lb_tier_name(row->spec.network), lb_tier_name(req->spec.network));
 	}
 }
 
@@ -583,7 +574,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			lb_sandbox_destroy_storage(storage, NULL);
 		ret->created = true;
 		log_fields(lf, sizeof(lf), sb->name, "host_uid=%u image=%s network=%s", row.host_uid, row.spec.image,
-			   row.spec.network);
+			   lb_tier_name(row.spec.network));
 		lb_info(lf, "sandbox created");
 	} else if (r < 0) {
 		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);

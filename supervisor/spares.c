@@ -94,7 +94,7 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 	const struct lb_store_spec *spec = &defaults.spec;
 	why = lbd_network_unavailable(d, spec->network);
 	if (why) {
-		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", spec->network, why);
+		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", lb_tier_name(spec->network), why);
 		return NULL;
 	}
 	struct lbd_image img;
@@ -358,7 +358,7 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 		struct spare *c = *pp;
 		const struct lb_store_spec *cs = &c->spec;
 		if (strcmp(cs->image, row->spec.image) == 0 && strcmp(c->digest, digest) == 0 &&
-		    strcmp(cs->network, row->spec.network) == 0 && cs->cpu_millicores == row->spec.cpu_millicores &&
+		    cs->network == row->spec.network && cs->cpu_millicores == row->spec.cpu_millicores &&
 		    cs->memory_bytes == row->spec.memory_bytes && cs->disk_bytes == disk) {
 			*pp = c->next;
 			sp = c;

@@ -515,14 +515,13 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, co
 	return 0;
 }
 
-int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
+int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_tier t, struct lb_net_info *ret_info,
 		  struct lb_error *err)
 {
-	enum lb_tier t;
 	if (!name_valid(name))
 		return lb_error_setx(err, EINVAL, "sandbox name %.64s is not valid", name);
-	if (lb_tier_parse(tier, &t) < 0)
-		return lb_error_setx(err, EINVAL, "unknown network tier %.16s (off, packages, web)", tier);
+	if (!lb_tier_name(t))
+		return lb_error_setx(err, EINVAL, "unknown network tier %d (off, packages, web)", (int)t);
 
 	/* an earlier attachment of this name goes first */
 	int r = lb_net_detach(ctx, name, err);
@@ -603,7 +602,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char
 	}
 	return 0;
 fail:
-	lb_error_wrap(err, "attaching sandbox %s to tier %s", name, tier);
+	lb_error_wrap(err, "attaching sandbox %s to tier %s", name, lb_tier_name(t));
 	struct lb_error ignored;
 	if (teardown_slot(ctx, slot, &ignored) < 0) {
 		/* keep the slot marked: reconciliation will retry; never hand out a half-removed subnet */
@@ -886,9 +885,9 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
-const char *lb_net_resolv_conf(const char *tier)
+const char *lb_net_resolv_conf(enum lb_tier tier)
 {
-	if (strcmp(tier, "packages") == 0 || strcmp(tier, "web") == 0)
+	if (tier == LB_TIER_PACKAGES || tier == LB_TIER_WEB)
 		return "# lensbox: DNS goes to lensboxd's resolver on the host side\nnameserver " LB_NET_RESOLVER_ADDR
 		       "\noptions timeout:2 attempts:2\n";
 	return NULL;

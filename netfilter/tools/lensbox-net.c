@@ -126,13 +126,13 @@ static void cmd_start(struct lb_net *ctx, char **w)
 					.network = tier,
 					.image_env = image_env,
 					.policy = g_policy,
-					.resolv_conf = lb_net_resolv_conf(w[2]) };
+					.resolv_conf = lb_net_resolv_conf(tier) };
 	struct lb_sandbox *sb = NULL;
 	if (lb_sandbox_start(&spec, &sb, &err) < 0)
 		return reply_err("start", &err);
 	_cleanup_close_ int fd = lb_sandbox_netns_fd(sb);
 	struct lb_net_info info;
-	if (fd < 0 || lb_net_attach(ctx, w[1], fd, w[2], &info, &err) < 0) {
+	if (fd < 0 || lb_net_attach(ctx, w[1], fd, tier, &info, &err) < 0) {
 		struct lb_error e2;
 		lb_sandbox_stop(sb, &e2);
 		if (fd < 0)
@@ -221,7 +221,12 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 			return;
 		}
 		struct lb_net_info info;
-		if (lb_net_attach(ctx, words[1], fd, words[3], &info, &err) < 0)
+		enum lb_tier tier;
+		if (lb_tier_parse(words[3], &tier) < 0) {
+			printf("error attach: unknown tier %s (off, packages, web)\n", words[3]);
+			return;
+		}
+		if (lb_net_attach(ctx, words[1], fd, tier, &info, &err) < 0)
 			return reply_err("attach", &err);
 		printf("ok %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-",
 		       info.address[0] ? info.address : "-", info.gateway[0] ? info.gateway : "-");

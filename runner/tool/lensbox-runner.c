@@ -418,12 +418,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (strcmp(network, "off") == 0)
-		spec.network = LB_TIER_OFF;
-	else {
+	if (lb_tier_parse(network, &spec.network) < 0 || spec.network != LB_TIER_OFF) {
 		/* packages and web need netfilter/'s veth and nftables, which lensboxd plugs in; not this tool. */
 		lb_policy_free(policy);
-		fprintf(stderr, "lensbox-runner: only --network off is supported by the standalone tool\n");
+		fprintf(stderr, "lensbox-runner: only --network off is supported by the standalone tool (not `%s`)\n",
+			network);
 		return 2;
 	}
 	if (timeout_s > (uint64_t)24 * 3600 || out_limit > (256u << 20)) {

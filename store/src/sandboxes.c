@@ -33,7 +33,11 @@ static void read_row(sqlite3_stmt *st, struct lb_store_sandbox *sb)
 	store_column_text(st, 0, sb->name, sizeof(sb->name));
 	store_column_text(st, 1, sb->spec.image, sizeof(sb->spec.image));
 	store_column_text(st, 2, sb->image_digest, sizeof(sb->image_digest));
-	store_column_text(st, 3, sb->spec.network, sizeof(sb->spec.network));
+	/* The column's CHECK allows only the three names; anything else reads as LB_TIER_COUNT, which every user of the
+	 * row refuses (lb_tier_name() is NULL for it), never as a tier. */
+	const char *net = (const char *)sqlite3_column_text(st, 3);
+	if (lb_tier_parse(net, &sb->spec.network) < 0)
+		sb->spec.network = LB_TIER_COUNT;
 	sb->spec.cpu_millicores = (uint32_t)sqlite3_column_int64(st, 4);
 	sb->spec.memory_bytes = (uint64_t)sqlite3_column_int64(st, 5);
 	sb->spec.disk_bytes = (uint64_t)sqlite3_column_int64(st, 6);
@@ -64,8 +68,7 @@ static int check_spec(const char *name, const struct lb_store_spec *spec, const 
 		return lb_error_setx(err, EINVAL, "sandbox %s: no spec", name);
 	if (!store_bounded(spec->image, LB_STORE_IMAGE_MAX) || spec->image[0] == '\0')
 		return lb_error_setx(err, EINVAL, "sandbox %s: the image reference is empty or unterminated", name);
-	if (strcmp(spec->network, "off") != 0 && strcmp(spec->network, "packages") != 0 &&
-	    strcmp(spec->network, "web") != 0)
+	if (!lb_tier_name(spec->network))
 		return lb_error_setx(err, EINVAL, "sandbox %s: network must be off, packages or web", name);
 	if (digest && !store_bounded(digest, LB_STORE_DIGEST_MAX))
 		return lb_error_setx(err, EINVAL, "sandbox %s: the image digest is too long", name);
@@ -79,7 +82,7 @@ static void bind_spec(sqlite3_stmt *st, int first, const struct lb_store_spec *s
 {
 	sqlite3_bind_text(st, first, spec->image, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(st, first + 1, digest ? digest : "", -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(st, first + 2, spec->network, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(st, first + 2, lb_tier_name(spec->network), -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, first + 3, spec->cpu_millicores);
 	sqlite3_bind_int64(st, first + 4, (sqlite3_int64)spec->memory_bytes);
 	sqlite3_bind_int64(st, first + 5, (sqlite3_int64)spec->disk_bytes);

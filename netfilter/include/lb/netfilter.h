@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "lb/error.h"
+#include "lb/tier.h"
 
 #define LB_NET_DEFAULT_POOL	     "10.231.0.0/16"
 #define LB_NET_DEFAULT_RESOLVER_PORT 10053
@@ -124,7 +125,7 @@ int lb_net_unload(struct lb_net *ctx, struct lb_error *err);
 /* Plugs sandbox name (^[a-z0-9][a-z0-9._-]{0,62}$) into tier "off", "packages" or "web". netns_fd is the sandbox's
  * network namespace (borrowed). "off" touches nothing but lo, which is brought up; ret_info (may be NULL) then
  * has empty names. An earlier attachment of the same name is removed first. On failure nothing is left behind. */
-int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, const char *tier, struct lb_net_info *ret_info,
+int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_tier tier, struct lb_net_info *ret_info,
 		  struct lb_error *err);
 
 /* Removes the sandbox's veth, subnet, sets, chains and counters. -ENOENT when nothing is attached under name. */
@@ -146,7 +147,7 @@ void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h);
 
 /* The /etc/resolv.conf a sandbox of tier should get (runner's lb_sandbox_spec.resolv_conf): a name server line for
  * "packages" and "web", NULL for "off" (no resolver at all). The string is static. */
-const char *lb_net_resolv_conf(const char *tier);
+const char *lb_net_resolv_conf(enum lb_tier tier);
 
 /* The host of `npm config get registry` when npm is installed (runs it with a 5 s limit, as the caller). Writes
  * the host name into buf. -ENOENT when npm is missing or prints nothing usable. */

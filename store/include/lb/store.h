@@ -33,11 +33,11 @@
 #include <stdint.h>
 
 #include "lb/error.h"
+#include "lb/tier.h"
 
 #define LB_STORE_NAME_MAX     63  /* ^[a-z0-9][a-z0-9._-]{0,62}$ */
 #define LB_STORE_IMAGE_MAX    511 /* an image reference */
 #define LB_STORE_DIGEST_MAX   127 /* "sha256:<64 hex>" fits with room to spare */
-#define LB_STORE_NETWORK_MAX  15  /* "off" | "packages" | "web" */
 #define LB_STORE_LANGUAGE_MAX 15  /* "python" | "bash" */
 #define LB_STORE_MESSAGE_MAX  511 /* one plain sentence for the model */
 #define LB_RUN_ID_LEN	      26  /* ULID-like: 10 time chars + 16 random chars, Crockford base32 */
@@ -57,9 +57,9 @@ enum lb_store_state { LB_STORE_STOPPED = 0, LB_STORE_RUNNING = 1 };
 
 /* What a sandbox was asked to be. Strings are NUL-terminated and bounded by the array sizes. */
 struct lb_store_spec {
-	char image[LB_STORE_IMAGE_MAX + 1];	/* reference as the client wrote it, e.g. "python:3.12-slim" */
-	char network[LB_STORE_NETWORK_MAX + 1]; /* "off" | "packages" | "web" (the store checks it is one of them) */
-	uint32_t cpu_millicores;		/* 1000 = one core */
+	char image[LB_STORE_IMAGE_MAX + 1]; /* reference as the client wrote it, e.g. "python:3.12-slim" */
+	enum lb_tier network;		    /* stored by name (lb_tier_name); the store refuses anything else */
+	uint32_t cpu_millicores;	    /* 1000 = one core */
 	uint64_t memory_bytes;
 	uint64_t disk_bytes;   /* size of its storage; 0: the daemon's default */
 	uint64_t idle_seconds; /* stopped after this long without a run */

@@ -89,7 +89,7 @@ static void attach_detach_web(void **state)
 	struct lb_error err = { 0 };
 	char *empty = run("nft list table inet lensbox");
 	struct lb_net_info info;
-	if (lb_net_attach(net, "unit-web", sandbox_fd, "web", &info, &err) < 0)
+	if (lb_net_attach(net, "unit-web", sandbox_fd, LB_TIER_WEB, &info, &err) < 0)
 		fail_msg("attach: %s", err.msg);
 	assert_string_equal(info.host_ifname, "lbh0");
 	assert_string_equal(info.address, "10.231.0.2");
@@ -117,10 +117,10 @@ static void attach_detach_web(void **state)
 	assert_int_equal(lb_net_blocked(net, "unit-web", &blocked, &err), 0);
 	assert_int_equal(blocked, 0);
 	/* a second sandbox of the same name replaces the first; a bad name or tier is refused */
-	assert_int_equal(lb_net_attach(net, "unit-web", sandbox_fd, "web", &info, &err), 0);
+	assert_int_equal(lb_net_attach(net, "unit-web", sandbox_fd, LB_TIER_WEB, &info, &err), 0);
 	assert_string_equal(info.host_ifname, "lbh0");
-	assert_int_equal(lb_net_attach(net, "Bad Name", sandbox_fd, "web", &info, &err), -EINVAL);
-	assert_int_equal(lb_net_attach(net, "x", sandbox_fd, "lan", &info, &err), -EINVAL);
+	assert_int_equal(lb_net_attach(net, "Bad Name", sandbox_fd, LB_TIER_WEB, &info, &err), -EINVAL);
+	assert_int_equal(lb_net_attach(net, "x", sandbox_fd, LB_TIER_COUNT, &info, &err), -EINVAL);
 
 	/* someone deletes lensbox's table: verify loads it and the sandbox's rules again */
 	unsigned repaired = 99;
@@ -149,7 +149,7 @@ static void reconcile_after_restart(void **state)
 	(void)state;
 	struct lb_net *net = start();
 	struct lb_error err = { 0 };
-	assert_int_equal(lb_net_attach(net, "keep", sandbox_fd, "packages", NULL, &err), 0);
+	assert_int_equal(lb_net_attach(net, "keep", sandbox_fd, LB_TIER_PACKAGES, NULL, &err), 0);
 	lb_net_free(net); /* a crash leaves the veth and the table behind */
 	assert_true(if_nametoindex("lbh0") > 0);
 	net = start();
@@ -177,12 +177,12 @@ static void off_tier_and_resolv_conf(void **state)
 	struct lb_net *net = start();
 	struct lb_error err = { 0 };
 	struct lb_net_info info;
-	assert_int_equal(lb_net_attach(net, "quiet", sandbox_fd, "off", &info, &err), 0);
+	assert_int_equal(lb_net_attach(net, "quiet", sandbox_fd, LB_TIER_OFF, &info, &err), 0);
 	assert_string_equal(info.host_ifname, "");
 	assert_int_equal(if_nametoindex("lbh0"), 0);
-	assert_null(lb_net_resolv_conf("off"));
-	assert_non_null(strstr(lb_net_resolv_conf("web"), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
-	assert_non_null(strstr(lb_net_resolv_conf("packages"), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
+	assert_null(lb_net_resolv_conf(LB_TIER_OFF));
+	assert_non_null(strstr(lb_net_resolv_conf(LB_TIER_WEB), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
+	assert_non_null(strstr(lb_net_resolv_conf(LB_TIER_PACKAGES), "nameserver " LB_NET_RESOLVER_ADDR "\n"));
 	lb_net_unload(net, &err);
 	lb_net_free(net);
 }
@@ -295,7 +295,7 @@ static void isolated_services(void **state)
 		assert_non_null(strstr(status, ppid));
 		free(status);
 	}
-	assert_int_equal(lb_net_attach(net, "iso", sandbox_fd, "web", NULL, &err), 0);
+	assert_int_equal(lb_net_attach(net, "iso", sandbox_fd, LB_TIER_WEB, NULL, &err), 0);
 	assert_int_equal(lb_net_detach(net, "iso", &err), 0);
 
 	/* No other local user can take either port, with or without SO_REUSEADDR/SO_REUSEPORT: on UDP that would hand

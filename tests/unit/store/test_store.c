@@ -71,7 +71,7 @@ static struct lb_store_spec spec_of(const char *image, const char *network)
 {
 	struct lb_store_spec s = { 0 };
 	snprintf(s.image, sizeof(s.image), "%s", image);
-	snprintf(s.network, sizeof(s.network), "%s", network);
+	assert_int_equal(lb_tier_parse(network, &s.network), 0);
 	s.cpu_millicores = 1000;
 	s.memory_bytes = 512ull << 20;
 	s.disk_bytes = 1ull << 30;
@@ -278,7 +278,7 @@ static void put_get_update(void **state)
 	struct lb_store_spec sp2 = spec_of("python:3.13-slim", "web");
 	assert_int_equal(lb_store_sandbox_recreate(f->s, "lens-chat-1", &sp2, NULL, 20000, &sb, NULL), 0);
 	assert_string_equal(sb.spec.image, "python:3.13-slim");
-	assert_string_equal(sb.spec.network, "web");
+	assert_int_equal(sb.spec.network, LB_TIER_WEB);
 	assert_string_equal(sb.image_digest, "");
 	assert_int_equal(sb.state, LB_STORE_STOPPED);
 	assert_int_equal(sb.created_at_ms, 20000);
@@ -298,7 +298,10 @@ static void bad_input_is_refused(void **state)
 	struct lb_error err = { 0 };
 	assert_int_equal(lb_store_sandbox_put(f->s, "../etc", &sp, NULL, 1, NULL, NULL, &err), -EINVAL);
 	assert_int_equal(lb_store_sandbox_put(f->s, "a\nb", &sp, NULL, 1, NULL, NULL, &err), -EINVAL);
-	struct lb_store_spec net = spec_of("python:3.12-slim", "internet");
+	struct lb_store_spec net = spec_of("python:3.12-slim", "off");
+	net.network = LB_TIER_COUNT; /* no tier: refused, never stored as some other tier */
+	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &net, NULL, 1, NULL, NULL, &err), -EINVAL);
+	net.network = (enum lb_tier)-1;
 	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &net, NULL, 1, NULL, NULL, &err), -EINVAL);
 	struct lb_store_spec empty = spec_of("", "off");
 	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &empty, NULL, 1, NULL, NULL, &err), -EINVAL);

@@ -141,7 +141,7 @@ static void bad_values_are_refused_with_their_range(void **state)
 	assert_int_equal(lbd_config_set(&c, "state_dir", "relative/dir", &err), -EINVAL);
 	assert_int_equal(lbd_config_set(&c, "default_network", "everything", &err), -EINVAL);
 	assert_int_equal(lbd_config_set(&c, "default_network", "web", &err), 0);
-	assert_int_equal(c.default_network, 2);
+	assert_int_equal(c.default_network, LB_TIER_WEB);
 	assert_int_equal(lbd_config_set(&c, "log_level", "loud", &err), -EINVAL);
 	assert_int_equal(lbd_config_set(&c, "uid_range_start", "1000", &err), -ERANGE);
 }

@@ -149,7 +149,7 @@ static void spec_ranges(void **state)
 	assert_int_equal(req.spec.cpu_millicores, 500);
 	assert_int_equal(req.spec.memory_bytes, 1ull << 30);
 	assert_int_equal(req.spec.idle_seconds, 300);
-	assert_string_equal(req.spec.network, "web");
+	assert_int_equal(req.spec.network, LB_TIER_WEB);
 	assert_string_equal(req.spec.image, "python:3.12-slim"); /* the default */
 	assert_true(req.has_cpu && req.has_network && !req.has_image);
 	yajl_tree_free(v);
