@@ -65,6 +65,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -94,6 +95,7 @@ struct exec_plan {
 	int out_w, err_w, report_w;
 	int landlock_fd;
 	const struct sock_fprog *seccomp;
+	const struct sock_fprog *seccomp_notify; /* the counting variant (seccomp_notify.c), or NULL */
 	int init_pidfd;
 	uint32_t uid, gid;
 	void *c2_stack;		       /* top of C2's stack */
@@ -222,6 +224,34 @@ static _Noreturn void fail_child(int fd, const char *step, int e)
 	_exit(127);
 }
 
+/* C2's last step before execve when refusals are counted: the variant filter with a listener (CLOEXEC), sent to
+ * the caller over the report socket and closed here, so the program never holds it (it could answer its own
+ * refused calls). The variant refuses nothing these calls need (lb_seccomp_notify_prepare checked). */
+static void install_counting_filter(int rep, const struct sock_fprog *prog)
+{
+	int lfd = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
+	if (lfd < 0)
+		fail_child(rep, "seccomp", errno);
+	struct lb_child_report msg;
+	memset(&msg, 0, sizeof(msg));
+	msg.kind = 'L';
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct iovec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &lfd, sizeof(int));
+	if (sendmsg(rep, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
+		fail_child(rep, "handing over the seccomp listener", errno);
+	close(lfd);
+}
+
 /* C2: runs in the sandbox's namespaces as a member of its pid namespace, still with the user namespace's
  * capabilities, on the caller's memory (C1 suspended); drops everything and execs. Thin syscall wrappers only. */
 static int c2_main(void *arg)
@@ -291,7 +321,9 @@ static int c2_main(void *arg)
 		syscall(SYS_close_range, 3u, (unsigned)rep - 1, 0u);
 	if (syscall(SYS_close_range, (unsigned)rep + 1, ~0u, 0u) < 0)
 		fail_child(rep, "closing inherited descriptors", errno);
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->seccomp) < 0)
+	if (p->seccomp_notify)
+		install_counting_filter(rep, p->seccomp_notify);
+	else if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->seccomp) < 0)
 		fail_child(rep, "seccomp", errno);
 	int first = 0;
 	for (char **c = p->candidates; *c; c++) {
@@ -426,6 +458,44 @@ static int pipe_high(int fds[2])
 	return 0;
 }
 
+/* The report channel: a CLOEXEC socket pair rather than a pipe, so C2 can pass the seccomp listener (SCM_RIGHTS);
+ * SOCK_SEQPACKET keeps each report one message and gives EOF once C1 and C2 are gone, as a pipe would. */
+static int report_pair(int fds[2])
+{
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		if (fds[i] < 3) {
+			int n = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+			if (n < 0)
+				return -errno;
+			close(fds[i]);
+			fds[i] = n;
+		}
+	}
+	return 0;
+}
+
+/* One report; *ret_fd gets a descriptor that came with it (CLOEXEC), else -1. Returns false at EOF. */
+static bool read_report(int fd, struct lb_child_report *msg, int *ret_fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	*ret_fd = -1;
+	ssize_t n;
+	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	/* Only C2 sends, one descriptor at most (the control buffer has room for no more: MSG_CTRUNC drops the rest). */
+	struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
+	return n == (ssize_t)sizeof(*msg);
+}
+
 static void close_pair(int fds[2])
 {
 	for (int i = 0; i < 2; i++)
@@ -475,6 +545,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	p.landlock_fd = sb->landlock_fd;
 	p.sandbox_cpus = &sb->cpus;
 	p.seccomp = &sb->policy->seccomp;
+	p.seccomp_notify = sb->notify.variant.filter ? &sb->notify.variant : NULL;
 	p.init_pidfd = sb->init_pidfd;
 	p.uid = sb->uid;
 	p.gid = sb->gid;
@@ -482,8 +553,10 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	struct lb_capture cap_out, cap_err;
 	memset(&cap_out, 0, sizeof(cap_out));
 	memset(&cap_err, 0, sizeof(cap_err));
-	int c2_pidfd = -1;
+	int c2_pidfd = -1, listener = -1;
 	pid_t c2 = -1;
+	struct lb_syscall_tally tally;
+	memset(&tally, 0, sizeof(tally));
 	void *stacks = MAP_FAILED;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), stacks_len = 2 * (CHILD_STACK + page);
 	int r;
@@ -522,7 +595,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		r = lb_error_set(err, r, "exec: allocating output buffers");
 		goto out;
 	}
-	if ((r = pipe_high(out)) < 0 || (r = pipe_high(errp)) < 0 || (r = pipe_high(rep)) < 0) {
+	if ((r = pipe_high(out)) < 0 || (r = pipe_high(errp)) < 0 || (r = report_pair(rep)) < 0) {
 		r = lb_error_set(err, r, "exec: creating pipes");
 		goto out;
 	}
@@ -588,8 +661,15 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	struct lb_child_report msg;
 	int failed_err = 0;
 	char failed_step[sizeof(msg.step)] = "";
-	while (read(rep[0], &msg, sizeof(msg)) == (ssize_t)sizeof(msg)) {
+	int passed;
+	while (read_report(rep[0], &msg, &passed)) {
 		msg.step[sizeof(msg.step) - 1] = '\0';
+		if (msg.kind == 'L' && passed >= 0 && listener < 0) {
+			listener = passed;
+			passed = -1;
+		}
+		if (passed >= 0)
+			close(passed);
 		if (msg.kind == 'P' && msg.status > 0) {
 			c2 = msg.status;
 		} else if (msg.kind == 'E' && failed_err == 0) {
@@ -642,11 +722,12 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			kill(c2, SIGKILL); /* our unreaped child: the pid is still C2's */
 			drain_deadline = now + DRAIN_AFTER_KILL_MS;
 		}
-		struct pollfd pf[3];
+		struct pollfd pf[4];
 		nfds_t n = 0;
 		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : c2_pidfd, .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = out[0], .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
+		pf[n++] = (struct pollfd){ .fd = listener, .events = POLLIN };
 		int wait = -1;
 		uint64_t until = killed ? drain_deadline : deadline;
 		if (until)
@@ -662,6 +743,14 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			read_into(&out[0], &cap_out);
 		if (pf[2].revents)
 			read_into(&errp[0], &cap_err);
+		/* One refused call per round, between reads of the output: a flood of them cannot starve the output
+		 * or the deadline. POLLHUP: no process uses the filter any more. */
+		if (pf[3].revents & POLLIN)
+			lb_seccomp_notify_answer(listener, &sb->notify, &tally);
+		else if (pf[3].revents) {
+			close(listener);
+			listener = -1;
+		}
 		if (!main_done && pf[0].revents) {
 			int w;
 			while ((w = waitid((idtype_t)P_PIDFD, (id_t)c2_pidfd, &status, WEXITED)) < 0 && errno == EINTR)
@@ -694,6 +783,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	ret->oom_killed = after.oom_kills > before.oom_kills;
 	ret->pids_limited = after.pids_max > before.pids_max;
 	ret->peak_memory_bytes = after.peak_bytes;
+	ret->refused.syscall_reported = p.seccomp_notify != NULL;
+	lb_syscall_tally_result(&tally, &ret->refused);
 	ret->stdout_total = cap_out.total;
 	ret->stderr_total = cap_err.total;
 	ret->stdout_buf = lb_capture_take(&cap_out, &ret->stdout_len);
@@ -715,6 +806,8 @@ out:
 	}
 	if (c2_pidfd >= 0)
 		close(c2_pidfd);
+	if (listener >= 0)
+		close(listener);
 	if (stacks != MAP_FAILED)
 		munmap(stacks, stacks_len);
 	for (size_t i = 0; i < p.n_cg; i++)

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <linux/filter.h>
 
 #include "cgroup.h"
 #include "report.h"
@@ -26,6 +27,11 @@
 #define LB_SANDBOX_ROOT_ID    0u
 
 #define LB_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct lb_seccomp_notify {
+	struct sock_fprog variant;     /* the policy's program with ERRNO returns (but ENOSYS) made USER_NOTIF */
+	const struct sock_fprog *orig; /* the policy's program: what answers each notification */
+};
 
 struct lb_sandbox {
 	char name[64];
@@ -47,6 +53,7 @@ struct lb_sandbox {
 	enum lb_tier network;
 	char *path_env;	  /* "PATH=..." for programs */
 	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
+	struct lb_seccomp_notify notify; /* variant.filter NULL: runs install the plain filter */
 };
 
 /* cpus.c — the CPUs a sandbox's programs run on. */
@@ -142,6 +149,29 @@ void lb_capture_add(struct lb_capture *c, const char *data, size_t n);
 /* Hands over the kept bytes in order (NUL-terminated, malloc'ed) and resets c. */
 char *lb_capture_take(struct lb_capture *c, size_t *ret_len);
 void lb_capture_free(struct lb_capture *c);
+
+/* seccomp_notify.c — counting the calls the seccomp policy refuses (the file's opening comment says how and why it
+ * is safe). prepare() derives the variant filter the run's last child installs with a listener; -ENOTSUP with
+ * *ret_why when this host or profile cannot (runs then install the plain filter and report no syscall counts). */
+int lb_seccomp_notify_prepare(const struct sock_fprog *orig, struct lb_seccomp_notify *ret, const char **ret_why);
+void lb_seccomp_notify_free(struct lb_seccomp_notify *n);
+/* The action the classic BPF seccomp program returns for d; anything malformed is SECCOMP_RET_KILL_PROCESS. */
+struct seccomp_data;
+uint32_t lb_seccomp_eval(const struct sock_filter *prog, size_t len, const struct seccomp_data *d);
+#define LB_TALLY_SLOTS 16
+struct lb_syscall_tally {
+	uint64_t total;
+	size_t n;
+	struct {
+		int nr;
+		uint64_t count;
+	} slot[LB_TALLY_SLOTS]; /* the first distinct calls seen; later ones count in total only */
+};
+void lb_syscall_tally_add(struct lb_syscall_tally *t, int nr);
+/* Takes one pending notification, answers it with the original program's errno and counts it. -errno when there
+ * was none to take or the refused thread went away (harmless: it was refused either way). */
+int lb_seccomp_notify_answer(int listener, const struct lb_seccomp_notify *n, struct lb_syscall_tally *t);
+void lb_syscall_tally_result(const struct lb_syscall_tally *t, struct lb_refusals *r);
 
 /* The sandbox's state directory for a name. */
 int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt);

@@ -178,6 +178,28 @@ static int do_probe(const char *policy_dir)
 	return f.why_not[0] ? 1 : 0;
 }
 
+/* "refused": counts by kind; null for a kind this host cannot count (lb_refusal_support says why). The tool runs
+ * only network `off`, whose sandbox has no interface: nothing for the tier's rules to refuse. */
+static void gen_refused(yajl_gen g, const struct lb_refusals *r)
+{
+	gen_str(g, "refused");
+	yajl_gen_map_open(g);
+	gen_str(g, "filesystem");
+	yajl_gen_null(g);
+	gen_str(g, "syscall");
+	if (r->syscall_reported)
+		yajl_gen_integer(g, (long long)r->syscall);
+	else
+		yajl_gen_null(g);
+	gen_kv_int(g, "network", 0);
+	gen_str(g, "syscalls");
+	yajl_gen_map_open(g);
+	for (size_t i = 0; i < r->n_syscalls; i++)
+		gen_kv_int(g, r->syscalls[i].name, (long long)r->syscalls[i].count);
+	yajl_gen_map_close(g);
+	yajl_gen_map_close(g);
+}
+
 int main(int argc, char **argv)
 {
 	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
@@ -515,6 +537,8 @@ int main(int argc, char **argv)
 		orr = gen_kv_output(g, "stderr", res.stderr_buf, res.stderr_len);
 	gen_kv_int(g, "stderr_bytes", (long long)res.stderr_total);
 	gen_kv_bool(g, "stderr_truncated", res.stderr_total > res.stderr_len);
+
+	gen_refused(g, &res.refused);
 
 	gen_str(g, "isolation");
 	yajl_gen_map_open(g);
