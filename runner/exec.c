@@ -96,6 +96,7 @@ struct exec_plan {
 	int landlock_fd;
 	const struct sock_fprog *seccomp;
 	const struct sock_fprog *seccomp_notify; /* the counting variant (seccomp_notify.c), or NULL */
+	unsigned landlock_flags;		 /* restrict_self's: LOG_NEW_EXEC_ON while the run reads audit */
 	int init_pidfd;
 	uint32_t uid, gid;
 	void *c2_stack;		       /* top of C2's stack */
@@ -314,7 +315,7 @@ static int c2_main(void *arg)
 	/* The sandbox's own CPUs, as many as its limit: pools sized by the CPU count fit its share (cpus.c). */
 	if (sched_setaffinity(0, sizeof(*p->sandbox_cpus), p->sandbox_cpus) < 0)
 		fail_child(rep, "setting the sandbox's CPU affinity", errno);
-	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) < 0)
+	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, p->landlock_flags) < 0)
 		fail_child(rep, "landlock_restrict_self", errno);
 	/* Only 0, 1, 2 and the report pipe (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
 	if (rep > 3)
@@ -545,7 +546,6 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	p.landlock_fd = sb->landlock_fd;
 	p.sandbox_cpus = &sb->cpus;
 	p.seccomp = &sb->policy->seccomp;
-	p.seccomp_notify = sb->notify.variant.filter ? &sb->notify.variant : NULL;
 	p.init_pidfd = sb->init_pidfd;
 	p.uid = sb->uid;
 	p.gid = sb->gid;
@@ -555,8 +555,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	memset(&cap_err, 0, sizeof(cap_err));
 	int c2_pidfd = -1, listener = -1;
 	pid_t c2 = -1;
-	struct lb_syscall_tally tally;
-	memset(&tally, 0, sizeof(tally));
+	struct lb_run_refusals rf;
+	lb_refusals_begin(&rf, sb, &p.seccomp_notify, &p.landlock_flags);
 	void *stacks = MAP_FAILED;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), stacks_len = 2 * (CHILD_STACK + page);
 	int r;
@@ -685,6 +685,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		r = lb_error_setx(err, EIO, "running the program: the setup process ended without starting it");
 		goto out;
 	}
+	lb_refusals_started(&rf, c2, listener);
+	listener = -1; /* rf owns it */
 	/* Our unreaped child: its pid cannot be reused before we wait for it. */
 	c2_pidfd = (int)syscall(SYS_pidfd_open, c2, 0u);
 	if (c2_pidfd < 0) {
@@ -722,12 +724,12 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			kill(c2, SIGKILL); /* our unreaped child: the pid is still C2's */
 			drain_deadline = now + DRAIN_AFTER_KILL_MS;
 		}
-		struct pollfd pf[4];
+		struct pollfd pf[5];
 		nfds_t n = 0;
 		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : c2_pidfd, .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = out[0], .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
-		pf[n++] = (struct pollfd){ .fd = listener, .events = POLLIN };
+		n += lb_refusals_pollfds(&rf, &pf[n]);
 		int wait = -1;
 		uint64_t until = killed ? drain_deadline : deadline;
 		if (until)
@@ -743,14 +745,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			read_into(&out[0], &cap_out);
 		if (pf[2].revents)
 			read_into(&errp[0], &cap_err);
-		/* One refused call per round, between reads of the output: a flood of them cannot starve the output
-		 * or the deadline. POLLHUP: no process uses the filter any more. */
-		if (pf[3].revents & POLLIN)
-			lb_seccomp_notify_answer(listener, &sb->notify, &tally);
-		else if (pf[3].revents) {
-			close(listener);
-			listener = -1;
-		}
+		lb_refusals_serve(&rf, &pf[3], n - 3);
 		if (!main_done && pf[0].revents) {
 			int w;
 			while ((w = waitid((idtype_t)P_PIDFD, (id_t)c2_pidfd, &status, WEXITED)) < 0 && errno == EINTR)
@@ -783,8 +778,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	ret->oom_killed = after.oom_kills > before.oom_kills;
 	ret->pids_limited = after.pids_max > before.pids_max;
 	ret->peak_memory_bytes = after.peak_bytes;
-	ret->refused.syscall_reported = p.seccomp_notify != NULL;
-	lb_syscall_tally_result(&tally, &ret->refused);
+	lb_refusals_end(&rf, ret->exit_code != 0 || ret->signal != 0, &ret->refused);
 	ret->stdout_total = cap_out.total;
 	ret->stderr_total = cap_err.total;
 	ret->stdout_buf = lb_capture_take(&cap_out, &ret->stdout_len);
@@ -808,6 +802,8 @@ out:
 		close(c2_pidfd);
 	if (listener >= 0)
 		close(listener);
+	struct lb_refusals unused;
+	lb_refusals_end(&rf, false, &unused); /* idempotent: releases what a failed run still holds */
 	if (stacks != MAP_FAILED)
 		munmap(stacks, stacks_len);
 	for (size_t i = 0; i < p.n_cg; i++)

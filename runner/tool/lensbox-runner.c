@@ -179,19 +179,27 @@ static int do_probe(const char *policy_dir)
 }
 
 /* "refused": counts by kind; null for a kind this host cannot count (lb_refusal_support says why). The tool runs
- * only network `off`, whose sandbox has no interface: nothing for the tier's rules to refuse. */
+ * only network `off` (no tier rules to count), so its network count is Landlock's TCP refusals, read with the
+ * filesystem ones from the audit records. */
 static void gen_refused(yajl_gen g, const struct lb_refusals *r)
 {
 	gen_str(g, "refused");
 	yajl_gen_map_open(g);
 	gen_str(g, "filesystem");
-	yajl_gen_null(g);
+	if (r->filesystem_reported)
+		yajl_gen_integer(g, (long long)r->filesystem);
+	else
+		yajl_gen_null(g);
 	gen_str(g, "syscall");
 	if (r->syscall_reported)
 		yajl_gen_integer(g, (long long)r->syscall);
 	else
 		yajl_gen_null(g);
-	gen_kv_int(g, "network", 0);
+	gen_str(g, "network");
+	if (r->filesystem_reported)
+		yajl_gen_integer(g, (long long)r->network_landlock);
+	else
+		yajl_gen_null(g);
 	gen_str(g, "syscalls");
 	yajl_gen_map_open(g);
 	for (size_t i = 0; i < r->n_syscalls; i++)
