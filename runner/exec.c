@@ -34,7 +34,8 @@
  * clone3 on a new stack cannot return through C: a few lines of assembly start it (x86-64). Elsewhere C1 is a
  * fork-like clone3 (a copy of the caller's memory, as before) and C2 still borrows C1's.
  *
- * A failed step in C1 or C2 is reported through a CLOEXEC pipe with its name and errno, and nothing runs. The
+ * A failed step in C1 or C2 is reported through a CLOEXEC socket pair with its name and errno, and nothing runs (a
+ * socket rather than a pipe so that C2 can also hand over the seccomp listener that counts refusals, refusals.c). The
  * caller polls C2's pidfd, both output pipes and the deadline; when C2 is gone (the main program ended) or the
  * deadline passes it kills the whole `run` leaf, so daemons the program left (holding the pipes or not) die before
  * the result is returned, and the result arrives; a leaf that cannot be emptied is an error, not a result. Output
@@ -242,7 +243,9 @@ static void install_counting_filter(int rep, const struct sock_fprog *prog)
 	} ctl;
 	memset(&ctl, 0, sizeof(ctl));
 	struct iovec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+	};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
@@ -317,7 +320,7 @@ static int c2_main(void *arg)
 		fail_child(rep, "setting the sandbox's CPU affinity", errno);
 	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, p->landlock_flags) < 0)
 		fail_child(rep, "landlock_restrict_self", errno);
-	/* Only 0, 1, 2 and the report pipe (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
+	/* Only 0, 1, 2 and the report socket (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
 	if (rep > 3)
 		syscall(SYS_close_range, 3u, (unsigned)rep - 1, 0u);
 	if (syscall(SYS_close_range, (unsigned)rep + 1, ~0u, 0u) < 0)
@@ -485,12 +488,15 @@ static bool read_report(int fd, struct lb_child_report *msg, int *ret_fd)
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+	};
 	*ret_fd = -1;
 	ssize_t n;
 	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
 		;
-	/* Only C2 sends, one descriptor at most (the control buffer has room for no more: MSG_CTRUNC drops the rest). */
+	/* Only C2 sends, one descriptor at most (the control buffer has room for no more: MSG_CTRUNC drops the rest).
+	 */
 	struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
 	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
 		memcpy(ret_fd, CMSG_DATA(c), sizeof(int));

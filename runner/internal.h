@@ -52,8 +52,8 @@ struct lb_sandbox {
 	struct lb_cgroup *cg;
 	const struct lb_policy *policy;
 	enum lb_tier network;
-	char *path_env;	  /* "PATH=..." for programs */
-	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
+	char *path_env;			 /* "PATH=..." for programs */
+	char **image_env;		 /* copies of spec->image_env without PATH, NULL-terminated */
 	struct lb_seccomp_notify notify; /* variant.filter NULL: runs install the plain filter */
 };
 
@@ -179,15 +179,15 @@ void lb_syscall_tally_result(const struct lb_syscall_tally *t, struct lb_refusal
  * can); the caller then passes no log flag to restrict_self. */
 #define LB_LL_PENDING 16
 struct lb_ll_audit {
-	int fd;		  /* NETLINK_AUDIT socket bound to the read-log group; -1: not listening */
-	pid_t pid;	  /* the run's main process (host pid): the pid its domain's "allocated" record names */
-	uint64_t domain;  /* the run's domain id, 0 until its "allocated" record arrived */
-	bool deallocated; /* its "deallocated" record arrived: every earlier one has too */
-	bool marker_seen; /* the end-of-run marker came back: every earlier record has too */
-	char marker[48];  /* its text, unique to the run */
+	int fd;		      /* NETLINK_AUDIT socket bound to the read-log group; -1: not listening */
+	pid_t pid;	      /* the run's main process (host pid): the pid its domain's "allocated" record names */
+	uint64_t domain;      /* the run's domain id, 0 until its "allocated" record arrived */
+	bool deallocated;     /* its "deallocated" record arrived: every earlier one has too */
+	bool marker_seen;     /* the end-of-run marker came back: every earlier record has too */
+	char marker[48];      /* its text, unique to the run */
 	uint64_t last_serial; /* the audit event of the last record counted: one refusal may log several */
-	bool lost;	  /* the socket overflowed (ENOBUFS): counts may be low */
-	uint64_t fs, net; /* the domain's refusals: fs.* and net.* blockers */
+	bool lost;	      /* the socket overflowed (ENOBUFS): counts may be low */
+	uint64_t fs, net;     /* the domain's refusals: fs.* and net.* blockers */
 	struct {
 		uint64_t domain, fs, net;
 	} pending[LB_LL_PENDING]; /* domains seen before their "allocated" record */

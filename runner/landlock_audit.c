@@ -150,7 +150,8 @@ const char *lb_ll_audit_why_not(int landlock_abi)
 	if (r < 0)
 		return "the kernel's audit did not answer its status (AUDIT_GET)";
 	if (!st.enabled)
-		return "the kernel's audit is off, and lensbox never turns it on (host-wide); an admin can: auditctl -e 1";
+		return "the kernel's audit is off, and lensbox never turns it on (host-wide); an admin can: auditctl "
+		       "-e 1";
 	if (st.failure == AUDIT_FAIL_PANIC)
 		return "the kernel's audit panics on lost records (auditctl -f 2): a sandbox flooding refusals could "
 		       "halt the host, so lensbox does not ask Landlock to log";

@@ -88,5 +88,6 @@ void lb_refusal_support(const struct lb_policy *policy, struct lb_refusal_suppor
 	else
 		ret->syscall_why_not = why ? why : "out of memory preparing the counting filter";
 	int abi = lb_landlock_abi();
-	ret->filesystem_why_not = lb_ll_audit_why_not(abi > LB_LANDLOCK_MAX_KNOWN_ABI ? LB_LANDLOCK_MAX_KNOWN_ABI : abi);
+	ret->filesystem_why_not =
+	    lb_ll_audit_why_not(abi > LB_LANDLOCK_MAX_KNOWN_ABI ? LB_LANDLOCK_MAX_KNOWN_ABI : abi);
 }

@@ -54,8 +54,8 @@
 #define LB_AUDIT_ARCH_NATIVE AUDIT_ARCH_AARCH64
 #endif
 
-#define RET_ACTION(v) ((v) & SECCOMP_RET_ACTION_FULL)
-#define RET_DATA(v)   ((v) & SECCOMP_RET_DATA)
+#define RET_ACTION(v) ((v)&SECCOMP_RET_ACTION_FULL)
+#define RET_DATA(v)   ((v)&SECCOMP_RET_DATA)
 
 /* The kernel's checks (seccomp_check_filter, bpf_check_classic) accept only these; a word load must be aligned and
  * inside struct seccomp_data. */
@@ -120,17 +120,42 @@ uint32_t lb_seccomp_eval(const struct sock_filter *prog, size_t len, const struc
 			uint32_t cls = BPF_CLASS(f->code), src = BPF_SRC(f->code) == BPF_X ? x : k;
 			if (cls == BPF_ALU) {
 				switch (BPF_OP(f->code)) {
-				case BPF_ADD: a += src; break;
-				case BPF_SUB: a -= src; break;
-				case BPF_MUL: a *= src; break;
-				case BPF_DIV: if (!src) return 0; a /= src; break; /* the kernel: division by 0 returns 0 */
-				case BPF_MOD: if (!src) return 0; a %= src; break;
-				case BPF_AND: a &= src; break;
-				case BPF_OR: a |= src; break;
-				case BPF_XOR: a ^= src; break;
-				case BPF_LSH: a = src < 32 ? a << src : 0; break;
-				case BPF_RSH: a = src < 32 ? a >> src : 0; break;
-				default: return kill;
+				case BPF_ADD:
+					a += src;
+					break;
+				case BPF_SUB:
+					a -= src;
+					break;
+				case BPF_MUL:
+					a *= src;
+					break;
+				case BPF_DIV:
+					if (!src)
+						return 0;
+					a /= src;
+					break; /* the kernel: division by 0 returns 0 */
+				case BPF_MOD:
+					if (!src)
+						return 0;
+					a %= src;
+					break;
+				case BPF_AND:
+					a &= src;
+					break;
+				case BPF_OR:
+					a |= src;
+					break;
+				case BPF_XOR:
+					a ^= src;
+					break;
+				case BPF_LSH:
+					a = src < 32 ? a << src : 0;
+					break;
+				case BPF_RSH:
+					a = src < 32 ? a >> src : 0;
+					break;
+				default:
+					return kill;
 				}
 				break;
 			}
@@ -138,11 +163,20 @@ uint32_t lb_seccomp_eval(const struct sock_filter *prog, size_t len, const struc
 				return kill;
 			bool t;
 			switch (BPF_OP(f->code)) {
-			case BPF_JEQ: t = a == src; break;
-			case BPF_JGT: t = a > src; break;
-			case BPF_JGE: t = a >= src; break;
-			case BPF_JSET: t = (a & src) != 0; break;
-			default: return kill;
+			case BPF_JEQ:
+				t = a == src;
+				break;
+			case BPF_JGT:
+				t = a > src;
+				break;
+			case BPF_JGE:
+				t = a >= src;
+				break;
+			case BPF_JSET:
+				t = (a & src) != 0;
+				break;
+			default:
+				return kill;
 			}
 			unsigned off = t ? f->jt : f->jf;
 			if (off >= len - pc - 1)

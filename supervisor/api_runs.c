@@ -82,8 +82,9 @@ static void append_refusals(const struct lb_exec_result *x, uint64_t net, const 
 	size_t len = strlen(buf);
 	if (n == 0) {
 		if (stderr_tail && strstr(stderr_tail, "Read-only file system"))
-			snprintf(buf + len, size - len, "; it tried to write where the sandbox is read-only (only /sandbox "
-							"and /tmp are writable)");
+			snprintf(buf + len, size - len,
+				 "; it tried to write where the sandbox is read-only (only /sandbox "
+				 "and /tmp are writable)");
 		return;
 	}
 	if (n == 1)

@@ -113,8 +113,8 @@ struct lb_refusals {
 	uint64_t syscall; /* calls the seccomp profile refused with an errno other than ENOSYS (unknown calls) */
 	struct lb_refused_syscall syscalls[LB_REFUSED_SYSCALLS_MAX]; /* the most frequent first */
 	size_t n_syscalls;
-	bool filesystem_reported; /* Landlock's audit records were read during the run (host audit on, ABI 7) */
-	uint64_t filesystem;	  /* file accesses Landlock refused */
+	bool filesystem_reported;  /* Landlock's audit records were read during the run (host audit on, ABI 7) */
+	uint64_t filesystem;	   /* file accesses Landlock refused */
 	uint64_t network_landlock; /* TCP binds and connects Landlock refused (when filesystem_reported) */
 	bool audit_lost;	   /* records were dropped: the two counts above may be low */
 };

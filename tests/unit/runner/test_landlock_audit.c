@@ -50,7 +50,8 @@ static void counts_the_runs_domain_once_per_refusal(void **state)
 	fresh(&a, 4242);
 	/* first refusal: two records of one event, then the domain's record naming our pid */
 	feed(&a, 1423, "audit(1.1:10): domain=1c3 blockers=fs.make_reg path=\"/proc/2\" dev=\"proc\" ino=1");
-	feed(&a, 1424, "audit(1.1:10): domain=1c3 status=allocated mode=enforcing pid=4242 uid=1 exe=\"/x\" comm=\"x\"");
+	feed(&a, 1424,
+	     "audit(1.1:10): domain=1c3 status=allocated mode=enforcing pid=4242 uid=1 exe=\"/x\" comm=\"x\"");
 	feed(&a, 1423, "audit(1.1:10): domain=1c3 blockers=fs.write_file path=\"/proc/2/comm\" dev=\"proc\" ino=2");
 	assert_int_equal(a.domain, 0x1c3);
 	assert_int_equal(a.fs, 1);

@@ -62,7 +62,7 @@ static struct sock_filter *marked(const struct sock_filter *prog, size_t len)
 		m[i] = prog[i];
 		if (m[i].code == (BPF_RET | BPF_K) && (m[i].k & SECCOMP_RET_ACTION_FULL) != SECCOMP_RET_ERRNO) {
 			uint32_t a = m[i].k & SECCOMP_RET_ACTION_FULL;
-			uint32_t code = a == SECCOMP_RET_ALLOW	      ? 0
+			uint32_t code = a == SECCOMP_RET_ALLOW		? 0
 					: a == SECCOMP_RET_KILL_PROCESS ? 1
 					: a == SECCOMP_RET_KILL_THREAD	? 2
 					: a == SECCOMP_RET_TRAP		? 3
@@ -84,7 +84,8 @@ struct call {
 /* Runs each call in a child under prog (every return an ERRNO) and checks its errno against the interpreter. */
 static void check_against_kernel(const struct sock_filter *prog, size_t len, struct call *calls_in, size_t n)
 {
-	struct call *calls = mmap(NULL, n * sizeof(*calls) + 64, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct call *calls =
+	    mmap(NULL, n * sizeof(*calls) + 64, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_true(calls != MAP_FAILED);
 	memcpy(calls, calls_in, n * sizeof(*calls));
 	volatile int *done = (volatile int *)((char *)calls + n * sizeof(*calls));
@@ -92,7 +93,8 @@ static void check_against_kernel(const struct sock_filter *prog, size_t len, str
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fp) < 0)
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fp) < 0)
 			_exit(100);
 		/* from here every call answers an errno (nothing runs): results go to shared memory, and we spin */
 		for (size_t i = 0; i < n; i++) {
@@ -130,8 +132,8 @@ static void check_against_kernel(const struct sock_filter *prog, size_t len, str
 		memcpy(d.args, calls[i].args, sizeof(d.args));
 		uint32_t v = lb_seccomp_eval(prog, len, &d);
 		if ((v & SECCOMP_RET_ACTION_FULL) != SECCOMP_RET_ERRNO || (int)(v & SECCOMP_RET_DATA) != calls[i].err) {
-			fprintf(stderr, "call %zu nr %ld arg0 %#llx: kernel errno %d, interpreter %#x\n", i, calls[i].nr,
-				(unsigned long long)calls[i].args[0], calls[i].err, v);
+			fprintf(stderr, "call %zu nr %ld arg0 %#llx: kernel errno %d, interpreter %#x\n", i,
+				calls[i].nr, (unsigned long long)calls[i].args[0], calls[i].err, v);
 			fail();
 		}
 	}
@@ -140,14 +142,17 @@ static void check_against_kernel(const struct sock_filter *prog, size_t len, str
 
 static uint64_t rnd64(void)
 {
-	return ((uint64_t)(unsigned)random() << 33) ^ ((uint64_t)(unsigned)random() << 11) ^ (uint64_t)(unsigned)random();
+	return ((uint64_t)(unsigned)random() << 33) ^ ((uint64_t)(unsigned)random() << 11) ^
+	       (uint64_t)(unsigned)random();
 }
 
 /* Arguments near the values filters compare with: 0, small, flags-like, high halves set, random. */
 static uint64_t interesting(void)
 {
-	static const uint64_t v[] = { 0, 1, 2, 3, 0x10, 0x7E020000, 0x20000, 0xffffffff, 0x100000000ull, ~0ull,
-				      0x80000000, 0x40000000, 8, 16, 0x8000000000000000ull };
+	static const uint64_t v[] = {
+		0,     1,	   2,	       3, 0x10, 0x7E020000,	      0x20000, 0xffffffff, 0x100000000ull,
+		~0ull, 0x80000000, 0x40000000, 8, 16,	0x8000000000000000ull
+	};
 	return random() % 3 ? v[(size_t)random() % (sizeof(v) / sizeof(v[0]))] : rnd64();
 }
 
@@ -193,8 +198,8 @@ static void eval_matches_kernel_on_random_libseccomp_filters(void **state)
 {
 	(void)state;
 	srandom(1616);
-	static const int ops[] = { SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE, SCMP_CMP_EQ, SCMP_CMP_GE, SCMP_CMP_GT,
-				   SCMP_CMP_MASKED_EQ };
+	static const int ops[] = { SCMP_CMP_NE, SCMP_CMP_LT, SCMP_CMP_LE,	SCMP_CMP_EQ,
+				   SCMP_CMP_GE, SCMP_CMP_GT, SCMP_CMP_MASKED_EQ };
 	static const long nrs[] = { 0, 1, 2, 3, 9, 16, 41, 56, 101, 135, 165, 250, 272, 321, 425, 435 };
 	for (int f = 0; f < 40; f++) {
 		uint32_t def = random() % 2 ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO(38);
@@ -202,17 +207,20 @@ static void eval_matches_kernel_on_random_libseccomp_filters(void **state)
 		assert_non_null(ctx);
 		for (int rule = 0; rule < 12; rule++) {
 			long nr = nrs[(size_t)random() % (sizeof(nrs) / sizeof(nrs[0]))];
-			uint32_t act = random() % 3 == 0 ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO(1 + (unsigned)random() % 100);
+			uint32_t act =
+			    random() % 3 == 0 ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO(1 + (unsigned)random() % 100);
 			if (act == def)
 				continue;
 			struct scmp_arg_cmp cmp[3];
 			unsigned nc = (unsigned)random() % 4;
 			for (unsigned c = 0; c < nc; c++) {
 				int op = ops[(size_t)random() % (sizeof(ops) / sizeof(ops[0]))];
-				cmp[c] = (struct scmp_arg_cmp){ .arg = c, .op = op, .datum_a = interesting(),
-								.datum_b = interesting() };
+				cmp[c] = (struct scmp_arg_cmp){
+					.arg = c, .op = op, .datum_a = interesting(), .datum_b = interesting()
+				};
 			}
-			(void)seccomp_rule_add_array(ctx, act, (int)nr, nc, cmp); /* conflicting rules are refused: fine */
+			(void)seccomp_rule_add_array(ctx, act, (int)nr, nc,
+						     cmp); /* conflicting rules are refused: fine */
 		}
 		size_t len;
 		struct sock_filter *prog = export(ctx, &len);
@@ -293,7 +301,8 @@ static void answers_with_the_policys_errno_and_counts(void **state)
 		close(sp[0]);
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 			_exit(100);
-		int lfd = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &n.variant);
+		int lfd =
+		    (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &n.variant);
 		if (lfd < 0)
 			_exit(101);
 		char c = 'L';
@@ -303,8 +312,9 @@ static void answers_with_the_policys_errno_and_counts(void **state)
 		} ctl;
 		memset(&ctl, 0, sizeof(ctl));
 		struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-				     .msg_controllen = sizeof(ctl.buf) };
+		struct msghdr mh = {
+			.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+		};
 		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
@@ -340,7 +350,9 @@ static void answers_with_the_policys_errno_and_counts(void **state)
 		struct cmsghdr align;
 	} ctl;
 	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+	};
 	assert_int_equal(recvmsg(sp[0], &mh, MSG_CMSG_CLOEXEC), 1);
 	int lfd;
 	memcpy(&lfd, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(int));
