@@ -92,7 +92,7 @@ static int audit_get(int fd, struct audit_status *ret)
 		return -errno;
 	for (int tries = 0; tries < 64; tries++) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		if (poll(&pf, 1, 500) != 1)
+		if (poll(&pf, 1, 100) != 1) /* the kernel answers within the sendto; never wait long */
 			return -ETIMEDOUT;
 		union {
 			char buf[8192];
@@ -144,9 +144,13 @@ const char *lb_ll_audit_why_not(int landlock_abi)
 	if (fd < 0)
 		return fd == -EPERM ? "reading the kernel's audit records needs CAP_AUDIT_READ"
 				    : "the kernel has no audit (CONFIG_AUDIT) or refused its read-log socket";
-	struct audit_status st;
-	int r = audit_get(fd, &st);
 	close(fd);
+	/* The status on a socket of its own: one bound to the read-log group may queue records before the answer. */
+	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT);
+	struct audit_status st;
+	int r = fd < 0 ? -errno : audit_get(fd, &st);
+	if (fd >= 0)
+		close(fd);
 	if (r < 0)
 		return "the kernel's audit did not answer its status (AUDIT_GET)";
 	if (!st.enabled)
