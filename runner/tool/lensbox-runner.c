@@ -157,6 +157,8 @@ static int do_probe(const char *policy_dir)
 	}
 	struct lb_host_facts f;
 	lb_host_probe(policy, &f);
+	struct lb_refusal_support rs;
+	lb_refusal_support(policy, &rs);
 	lb_policy_free(policy);
 	yajl_gen g = yajl_gen_alloc(NULL);
 	if (!g)
@@ -172,6 +174,14 @@ static int do_probe(const char *policy_dir)
 	gen_kv_bool(g, "loop_devices", f.loop_devices);
 	gen_kv_bool(g, "ready", f.why_not[0] == '\0');
 	gen_kv_str(g, "why_not", f.why_not);
+	/* Which kinds of refusal a run can count here (docs/isolation.md section 10), as /v1/health says. */
+	gen_str(g, "refusals");
+	yajl_gen_map_open(g);
+	gen_kv_bool(g, "syscall", rs.syscall_why_not == NULL);
+	gen_kv_str(g, "syscall_why_not", rs.syscall_why_not ? rs.syscall_why_not : "");
+	gen_kv_bool(g, "filesystem", rs.filesystem_why_not == NULL);
+	gen_kv_str(g, "filesystem_why_not", rs.filesystem_why_not ? rs.filesystem_why_not : "");
+	yajl_gen_map_close(g);
 	yajl_gen_map_close(g);
 	print_gen(g);
 	yajl_gen_free(g);
