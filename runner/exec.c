@@ -34,7 +34,8 @@
  * clone3 on a new stack cannot return through C: a few lines of assembly start it (x86-64). Elsewhere C1 is a
  * fork-like clone3 (a copy of the caller's memory, as before) and C2 still borrows C1's.
  *
- * A failed step in C1 or C2 is reported through a CLOEXEC pipe with its name and errno, and nothing runs. The
+ * A failed step in C1 or C2 is reported through a CLOEXEC socket pair with its name and errno, and nothing runs (a
+ * socket rather than a pipe so that C2 can also hand over the seccomp listener that counts refusals, refusals.c). The
  * caller polls C2's pidfd, both output pipes and the deadline; when C2 is gone (the main program ended) or the
  * deadline passes it kills the whole `run` leaf, so daemons the program left (holding the pipes or not) die before
  * the result is returned, and the result arrives; a leaf that cannot be emptied is an error, not a result. Output
@@ -65,6 +66,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -94,6 +96,8 @@ struct exec_plan {
 	int out_w, err_w, report_w;
 	int landlock_fd;
 	const struct sock_fprog *seccomp;
+	const struct sock_fprog *seccomp_notify; /* the counting variant (seccomp_notify.c), or NULL */
+	unsigned landlock_flags;		 /* restrict_self's: LOG_NEW_EXEC_ON while the run reads audit */
 	int init_pidfd;
 	uint32_t uid, gid;
 	void *c2_stack;		       /* top of C2's stack */
@@ -222,6 +226,36 @@ static _Noreturn void fail_child(int fd, const char *step, int e)
 	_exit(127);
 }
 
+/* C2's last step before execve when refusals are counted: the variant filter with a listener (CLOEXEC), sent to
+ * the caller over the report socket and closed here, so the program never holds it (it could answer its own
+ * refused calls). The variant refuses nothing these calls need (lb_seccomp_notify_prepare checked). */
+static void install_counting_filter(int rep, const struct sock_fprog *prog)
+{
+	int lfd = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, prog);
+	if (lfd < 0)
+		fail_child(rep, "seccomp", errno);
+	struct lb_child_report msg;
+	memset(&msg, 0, sizeof(msg));
+	msg.kind = 'L';
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct iovec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+	};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &lfd, sizeof(int));
+	if (sendmsg(rep, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
+		fail_child(rep, "handing over the seccomp listener", errno);
+	close(lfd);
+}
+
 /* C2: runs in the sandbox's namespaces as a member of its pid namespace, still with the user namespace's
  * capabilities, on the caller's memory (C1 suspended); drops everything and execs. Thin syscall wrappers only. */
 static int c2_main(void *arg)
@@ -284,14 +318,16 @@ static int c2_main(void *arg)
 	/* The sandbox's own CPUs, as many as its limit: pools sized by the CPU count fit its share (cpus.c). */
 	if (sched_setaffinity(0, sizeof(*p->sandbox_cpus), p->sandbox_cpus) < 0)
 		fail_child(rep, "setting the sandbox's CPU affinity", errno);
-	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) < 0)
+	if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, p->landlock_flags) < 0)
 		fail_child(rep, "landlock_restrict_self", errno);
-	/* Only 0, 1, 2 and the report pipe (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
+	/* Only 0, 1, 2 and the report socket (CLOEXEC) survive: nothing of the caller leaks (runc CVE-2024-21626). */
 	if (rep > 3)
 		syscall(SYS_close_range, 3u, (unsigned)rep - 1, 0u);
 	if (syscall(SYS_close_range, (unsigned)rep + 1, ~0u, 0u) < 0)
 		fail_child(rep, "closing inherited descriptors", errno);
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->seccomp) < 0)
+	if (p->seccomp_notify)
+		install_counting_filter(rep, p->seccomp_notify);
+	else if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->seccomp) < 0)
 		fail_child(rep, "seccomp", errno);
 	int first = 0;
 	for (char **c = p->candidates; *c; c++) {
@@ -426,6 +462,47 @@ static int pipe_high(int fds[2])
 	return 0;
 }
 
+/* The report channel: a CLOEXEC socket pair rather than a pipe, so C2 can pass the seccomp listener (SCM_RIGHTS);
+ * SOCK_SEQPACKET keeps each report one message and gives EOF once C1 and C2 are gone, as a pipe would. */
+static int report_pair(int fds[2])
+{
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		if (fds[i] < 3) {
+			int n = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+			if (n < 0)
+				return -errno;
+			close(fds[i]);
+			fds[i] = n;
+		}
+	}
+	return 0;
+}
+
+/* One report; *ret_fd gets a descriptor that came with it (CLOEXEC), else -1. Returns false at EOF. */
+static bool read_report(int fd, struct lb_child_report *msg, int *ret_fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = { .iov_base = msg, .iov_len = sizeof(*msg) };
+	struct msghdr mh = {
+		.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)
+	};
+	*ret_fd = -1;
+	ssize_t n;
+	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	/* Only C2 sends, one descriptor at most (the control buffer has room for no more: MSG_CTRUNC drops the rest).
+	 */
+	struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(ret_fd, CMSG_DATA(c), sizeof(int));
+	return n == (ssize_t)sizeof(*msg);
+}
+
 static void close_pair(int fds[2])
 {
 	for (int i = 0; i < 2; i++)
@@ -482,8 +559,10 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	struct lb_capture cap_out, cap_err;
 	memset(&cap_out, 0, sizeof(cap_out));
 	memset(&cap_err, 0, sizeof(cap_err));
-	int c2_pidfd = -1;
+	int c2_pidfd = -1, listener = -1;
 	pid_t c2 = -1;
+	struct lb_run_refusals rf;
+	lb_refusals_begin(&rf, sb, &p.seccomp_notify, &p.landlock_flags);
 	void *stacks = MAP_FAILED;
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), stacks_len = 2 * (CHILD_STACK + page);
 	int r;
@@ -522,7 +601,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		r = lb_error_set(err, r, "exec: allocating output buffers");
 		goto out;
 	}
-	if ((r = pipe_high(out)) < 0 || (r = pipe_high(errp)) < 0 || (r = pipe_high(rep)) < 0) {
+	if ((r = pipe_high(out)) < 0 || (r = pipe_high(errp)) < 0 || (r = report_pair(rep)) < 0) {
 		r = lb_error_set(err, r, "exec: creating pipes");
 		goto out;
 	}
@@ -588,8 +667,15 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	struct lb_child_report msg;
 	int failed_err = 0;
 	char failed_step[sizeof(msg.step)] = "";
-	while (read(rep[0], &msg, sizeof(msg)) == (ssize_t)sizeof(msg)) {
+	int passed;
+	while (read_report(rep[0], &msg, &passed)) {
 		msg.step[sizeof(msg.step) - 1] = '\0';
+		if (msg.kind == 'L' && passed >= 0 && listener < 0) {
+			listener = passed;
+			passed = -1;
+		}
+		if (passed >= 0)
+			close(passed);
 		if (msg.kind == 'P' && msg.status > 0) {
 			c2 = msg.status;
 		} else if (msg.kind == 'E' && failed_err == 0) {
@@ -605,6 +691,8 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 		r = lb_error_setx(err, EIO, "running the program: the setup process ended without starting it");
 		goto out;
 	}
+	lb_refusals_started(&rf, c2, listener);
+	listener = -1; /* rf owns it */
 	/* Our unreaped child: its pid cannot be reused before we wait for it. */
 	c2_pidfd = (int)syscall(SYS_pidfd_open, c2, 0u);
 	if (c2_pidfd < 0) {
@@ -642,11 +730,12 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			kill(c2, SIGKILL); /* our unreaped child: the pid is still C2's */
 			drain_deadline = now + DRAIN_AFTER_KILL_MS;
 		}
-		struct pollfd pf[3];
+		struct pollfd pf[5];
 		nfds_t n = 0;
 		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : c2_pidfd, .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = out[0], .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
+		n += lb_refusals_pollfds(&rf, &pf[n]);
 		int wait = -1;
 		uint64_t until = killed ? drain_deadline : deadline;
 		if (until)
@@ -662,6 +751,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 			read_into(&out[0], &cap_out);
 		if (pf[2].revents)
 			read_into(&errp[0], &cap_err);
+		lb_refusals_serve(&rf, &pf[3], n - 3);
 		if (!main_done && pf[0].revents) {
 			int w;
 			while ((w = waitid((idtype_t)P_PIDFD, (id_t)c2_pidfd, &status, WEXITED)) < 0 && errno == EINTR)
@@ -694,6 +784,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	ret->oom_killed = after.oom_kills > before.oom_kills;
 	ret->pids_limited = after.pids_max > before.pids_max;
 	ret->peak_memory_bytes = after.peak_bytes;
+	lb_refusals_end(&rf, ret->exit_code != 0 || ret->signal != 0, &ret->refused);
 	ret->stdout_total = cap_out.total;
 	ret->stderr_total = cap_err.total;
 	ret->stdout_buf = lb_capture_take(&cap_out, &ret->stdout_len);
@@ -715,6 +806,10 @@ out:
 	}
 	if (c2_pidfd >= 0)
 		close(c2_pidfd);
+	if (listener >= 0)
+		close(listener);
+	struct lb_refusals unused;
+	lb_refusals_end(&rf, false, &unused); /* idempotent: releases what a failed run still holds */
 	if (stacks != MAP_FAILED)
 		munmap(stacks, stacks_len);
 	for (size_t i = 0; i < p.n_cg; i++)

@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <linux/filter.h>
+#include <poll.h>
 
 #include "cgroup.h"
 #include "report.h"
@@ -26,6 +28,11 @@
 #define LB_SANDBOX_ROOT_ID    0u
 
 #define LB_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct lb_seccomp_notify {
+	struct sock_fprog variant;     /* the policy's program with ERRNO returns (but ENOSYS) made USER_NOTIF */
+	const struct sock_fprog *orig; /* the policy's program: what answers each notification */
+};
 
 struct lb_sandbox {
 	char name[64];
@@ -45,8 +52,9 @@ struct lb_sandbox {
 	struct lb_cgroup *cg;
 	const struct lb_policy *policy;
 	enum lb_tier network;
-	char *path_env;	  /* "PATH=..." for programs */
-	char **image_env; /* copies of spec->image_env without PATH, NULL-terminated */
+	char *path_env;			 /* "PATH=..." for programs */
+	char **image_env;		 /* copies of spec->image_env without PATH, NULL-terminated */
+	struct lb_seccomp_notify notify; /* variant.filter NULL: runs install the plain filter */
 };
 
 /* cpus.c — the CPUs a sandbox's programs run on. */
@@ -142,6 +150,79 @@ void lb_capture_add(struct lb_capture *c, const char *data, size_t n);
 /* Hands over the kept bytes in order (NUL-terminated, malloc'ed) and resets c. */
 char *lb_capture_take(struct lb_capture *c, size_t *ret_len);
 void lb_capture_free(struct lb_capture *c);
+
+/* seccomp_notify.c — counting the calls the seccomp policy refuses (the file's opening comment says how and why it
+ * is safe). prepare() derives the variant filter the run's last child installs with a listener; -ENOTSUP with
+ * *ret_why when this host or profile cannot (runs then install the plain filter and report no syscall counts). */
+int lb_seccomp_notify_prepare(const struct sock_fprog *orig, struct lb_seccomp_notify *ret, const char **ret_why);
+void lb_seccomp_notify_free(struct lb_seccomp_notify *n);
+/* The action the classic BPF seccomp program returns for d; anything malformed is SECCOMP_RET_KILL_PROCESS. */
+struct seccomp_data;
+uint32_t lb_seccomp_eval(const struct sock_filter *prog, size_t len, const struct seccomp_data *d);
+#define LB_TALLY_SLOTS 16
+struct lb_syscall_tally {
+	uint64_t total;
+	size_t n;
+	struct {
+		int nr;
+		uint64_t count;
+	} slot[LB_TALLY_SLOTS]; /* the first distinct calls seen; later ones count in total only */
+};
+void lb_syscall_tally_add(struct lb_syscall_tally *t, int nr);
+/* Takes one pending notification, answers it with the original program's errno and counts it. -errno when there
+ * was none to take or the refused thread went away (harmless: it was refused either way). */
+int lb_seccomp_notify_answer(int listener, const struct lb_seccomp_notify *n, struct lb_syscall_tally *t);
+void lb_syscall_tally_result(const struct lb_syscall_tally *t, struct lb_refusals *r);
+
+/* landlock_audit.c — Landlock's refusals during a run, from the kernel's audit records (ABI 7, only where the host's
+ * audit is already on). open() says -ENOTSUP when this host cannot (lb_ll_audit_why_not() says why, NULL when it
+ * can); the caller then passes no log flag to restrict_self. */
+#define LB_LL_PENDING 16
+struct lb_ll_audit {
+	int fd;		      /* NETLINK_AUDIT socket bound to the read-log group; -1: not listening */
+	pid_t pid;	      /* the run's main process (host pid): the pid its domain's "allocated" record names */
+	uint64_t domain;      /* the run's domain id, 0 until its "allocated" record arrived */
+	bool deallocated;     /* its "deallocated" record arrived: every earlier one has too */
+	bool marker_seen;     /* the end-of-run marker came back: every earlier record has too */
+	char marker[48];      /* its text, unique to the run */
+	uint64_t last_serial; /* the audit event of the last record counted: one refusal may log several */
+	bool lost;	      /* the socket overflowed (ENOBUFS): counts may be low */
+	uint64_t fs, net;     /* the domain's refusals: fs.* and net.* blockers */
+	struct {
+		uint64_t domain, fs, net;
+	} pending[LB_LL_PENDING]; /* domains seen before their "allocated" record */
+	size_t n_pending, next_evict;
+};
+const char *lb_ll_audit_why_not(int landlock_abi);
+int lb_ll_audit_open(struct lb_ll_audit *a, int landlock_abi);
+void lb_ll_audit_read(struct lb_ll_audit *a); /* what is there now, at most a batch; never blocks */
+/* Parses one receive buffer of netlink audit messages (hostile text; exposed for the tests and the fuzzer). */
+void lb_ll_audit_take(struct lb_ll_audit *a, const char *buf, size_t n);
+/* Reads the records the run left; when it failed (or had a refusal) first sends a marker through the audit queue
+ * and waits for it (at most wait_ms), so no record of the run is still in flight. */
+void lb_ll_audit_finish(struct lb_ll_audit *a, bool failed, int wait_ms);
+void lb_ll_audit_close(struct lb_ll_audit *a);
+
+/* refusals.c — the two sources above as the run's output loop sees them. */
+struct lb_run_refusals {
+	const struct lb_seccomp_notify *notify; /* NULL: the plain filter */
+	int listener;				/* the seccomp listener C2 handed over, -1 */
+	struct lb_syscall_tally tally;
+	struct lb_ll_audit ll;
+	bool ll_on; /* listening: restrict_self gets LOG_NEW_EXEC_ON */
+};
+/* Before the clone: what to install (*ret_notify, NULL for the plain filter) and the restrict_self flags. */
+void lb_refusals_begin(struct lb_run_refusals *rf, const struct lb_sandbox *sb, const struct sock_fprog **ret_notify,
+		       unsigned *ret_landlock_flags);
+/* The program is running as pid; listener is the seccomp listener it sent (or -1). */
+void lb_refusals_started(struct lb_run_refusals *rf, pid_t pid, int listener);
+/* Adds the pollfds to watch (at most 2) at pf; returns how many. */
+size_t lb_refusals_pollfds(const struct lb_run_refusals *rf, struct pollfd *pf);
+/* Serves what pf (as filled by lb_refusals_pollfds) reports: bounded work per call. */
+void lb_refusals_serve(struct lb_run_refusals *rf, const struct pollfd *pf, size_t n);
+/* After the run (failed: non-zero exit or a signal): waits (bounded) for late audit records, fills *ret, releases
+ * everything. Idempotent. */
+void lb_refusals_end(struct lb_run_refusals *rf, bool failed, struct lb_refusals *ret);
 
 /* The sandbox's state directory for a name. */
 int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt);

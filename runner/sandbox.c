@@ -304,6 +304,7 @@ static void sandbox_free(struct lb_sandbox *sb)
 		close(sb->storage_lock); /* a flusher may share it until the storage is shut down (disk.c) */
 	lb_cg_free(sb->cg);
 	free(sb->path_env);
+	lb_seccomp_notify_free(&sb->notify);
 	if (sb->image_env)
 		for (char **e = sb->image_env; *e; e++)
 			free(*e);
@@ -454,6 +455,12 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	if ((r = copy_env(sb, spec->image_env, err)) < 0) {
 		sandbox_free(sb);
 		return r;
+	}
+	/* The variant filter that lets runs count refused system calls; without it runs install the plain filter. */
+	const char *why_no_notify;
+	if ((r = lb_seccomp_notify_prepare(&spec->policy->seccomp, &sb->notify, &why_no_notify)) < 0 && r != -ENOTSUP) {
+		sandbox_free(sb);
+		return lb_error_set(err, r, "preparing the seccomp filter that counts refusals");
 	}
 	/* Landlock first: a kernel below the policy's minimum must fail before anything is created. */
 	int kabi = lb_landlock_abi();

@@ -13,6 +13,27 @@
 #include "api.h"
 #include "lb/netfilter.h"
 
+/* Which kinds of refusal a run's result can count on this host, and why not for the others (asked now: an admin may
+ * turn the kernel's audit on or off at any time). */
+static void gen_refusals(yajl_gen g, struct lbd *d)
+{
+	struct lb_refusal_support rs;
+	lb_refusal_support(d->policy, &rs);
+	lbd_gen_key(g, "refusals");
+	yajl_gen_map_open(g);
+	lbd_gen_bool(g, "filesystem", rs.filesystem_why_not == NULL);
+	lbd_gen_str(g, "filesystem_why_not", rs.filesystem_why_not);
+	lbd_gen_bool(g, "syscall", rs.syscall_why_not == NULL);
+	lbd_gen_str(g, "syscall_why_not", rs.syscall_why_not);
+	lbd_gen_bool(g, "network", true);
+	lbd_gen_str(g, "network_partial",
+		    rs.filesystem_why_not
+			? "the network tiers' refusals are counted; TCP ports Landlock refuses (a web "
+			  "sandbox's connect to port 22) only where filesystem refusals are"
+			: NULL);
+	yajl_gen_map_close(g);
+}
+
 void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 {
 	struct lbd *d = req->d;
@@ -61,6 +82,7 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 	yajl_gen_map_close(g);
 	if (have_image)
 		lbd_image_release(&img);
+	gen_refusals(g, d);
 	lbd_gen_key(g, "network");
 	yajl_gen_map_open(g);
 	lbd_gen_bool(g, "tiers_available", d->net != NULL);

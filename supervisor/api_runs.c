@@ -44,8 +44,62 @@ static const char *signal_name(int sig)
 	return s ? s : "?";
 }
 
+/* The run's network refusals: its tier's (network_blocked) plus the TCP binds and connects Landlock refused, which
+ * only hosts reading Landlock's audit records can count (lb_refusals.filesystem_reported). */
+static uint64_t network_refused(const struct lb_exec_result *x, uint64_t network_blocked)
+{
+	return network_blocked + (x->refused.filesystem_reported ? x->refused.network_landlock : 0);
+}
+
+/* "; the sandbox refused 2 system calls (mount, keyctl) and 1 network connection its tier (off) forbids" appended to
+ * buf, when the sandbox refused anything; else, when the program's own error output says a write met the read-only
+ * root (which no kernel facility reports: the mount refuses it before Landlock sees it), a clause saying where it
+ * may write. */
+/* The message is one sentence of at most LB_STORE_MESSAGE_MAX bytes: a clause cut at its end is still readable. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+static void append_refusals(const struct lb_exec_result *x, uint64_t net, const char *tier, const char *stderr_tail,
+			    char *buf, size_t size)
+{
+	const struct lb_refusals *r = &x->refused;
+	char parts[3][200];
+	size_t n = 0;
+	if (r->filesystem_reported && r->filesystem)
+		snprintf(parts[n++], sizeof(parts[0]), "%llu write%s outside /sandbox and /tmp",
+			 (unsigned long long)r->filesystem, r->filesystem == 1 ? "" : "s");
+	if (r->syscall_reported && r->syscall) {
+		char names[120] = "";
+		size_t used = 0;
+		for (size_t i = 0; i < r->n_syscalls && i < 3 && used < sizeof(names); i++)
+			used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "",
+						 r->syscalls[i].name);
+		snprintf(parts[n++], sizeof(parts[0]), "%llu system call%s (%s%s)", (unsigned long long)r->syscall,
+			 r->syscall == 1 ? "" : "s", names, r->n_syscalls > 3 ? ", ..." : "");
+	}
+	if (net)
+		snprintf(parts[n++], sizeof(parts[0]), "%llu network connection%s its network tier (%s) forbids",
+			 (unsigned long long)net, net == 1 ? "" : "s", tier);
+	size_t len = strlen(buf);
+	if (n == 0) {
+		if (stderr_tail && strstr(stderr_tail, "Read-only file system"))
+			snprintf(buf + len, size - len,
+				 "; it tried to write where the sandbox is read-only (only /sandbox "
+				 "and /tmp are writable)");
+		return;
+	}
+	if (n == 1)
+		snprintf(buf + len, size - len, "; the sandbox refused %s", parts[0]);
+	else if (n == 2)
+		snprintf(buf + len, size - len, "; the sandbox refused %s and %s", parts[0], parts[1]);
+	else
+		snprintf(buf + len, size - len, "; the sandbox refused %s, %s and %s", parts[0], parts[1], parts[2]);
+}
+#pragma GCC diagnostic pop
+
+/* One sentence for the model when something went wrong. A refusal likely explains a failure (a non-zero exit or a
+ * signal, not a time or memory limit), so then the sentence says what the sandbox refused. */
 static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, const struct lb_store_spec *spec,
-			    uint64_t pids, char *buf, size_t size)
+			    uint64_t pids, uint64_t network_blocked, char *buf, size_t size)
 {
 	char a[32];
 	buf[0] = '\0';
@@ -59,6 +113,32 @@ static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, 
 		snprintf(buf, size, "could not start more processes: the limit is %llu", (unsigned long long)pids);
 	else if (x->exit_code != 0)
 		snprintf(buf, size, "exited with code %d", x->exit_code);
+	if (!x->timed_out && !x->oom_killed && (x->signal || x->exit_code != 0))
+		append_refusals(x, network_refused(x, network_blocked), spec->network, x->stderr_buf, buf, size);
+}
+
+/* "refused": counts by kind, null for a kind this host cannot count (GET /v1/health says why), and the refused
+ * system calls by name, most frequent first. */
+static void gen_refused(yajl_gen g, const struct lb_exec_result *x, uint64_t network_blocked)
+{
+	const struct lb_refusals *r = &x->refused;
+	lbd_gen_key(g, "refused");
+	yajl_gen_map_open(g);
+	if (r->filesystem_reported)
+		lbd_gen_uint(g, "filesystem", r->filesystem);
+	else
+		lbd_gen_null(g, "filesystem");
+	if (r->syscall_reported)
+		lbd_gen_uint(g, "syscall", r->syscall);
+	else
+		lbd_gen_null(g, "syscall");
+	lbd_gen_uint(g, "network", network_refused(x, network_blocked));
+	lbd_gen_key(g, "syscalls");
+	yajl_gen_map_open(g);
+	for (size_t i = 0; i < r->n_syscalls; i++)
+		lbd_gen_uint(g, r->syscalls[i].name, r->syscalls[i].count);
+	yajl_gen_map_close(g);
+	yajl_gen_map_close(g);
 }
 
 void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
@@ -228,13 +308,15 @@ void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
 	run.peak_memory_bytes = x.peak_memory_bytes;
 	run.stdout_bytes = x.stdout_total;
 	run.stderr_bytes = x.stderr_total;
-	compose_message(&x, (uint32_t)timeout, &row.spec, d->policy->limits.pids, run.message, sizeof(run.message));
+	compose_message(&x, (uint32_t)timeout, &row.spec, d->policy->limits.pids, run.network_blocked, run.message,
+			sizeof(run.message));
 	snprintf(lf, sizeof(lf),
 		 "sandbox=%s run=%s language=%s exit_code=%d signal=%d duration_ms=%llu cpu_ms=%llu "
-		 "network_blocked=%llu%s%s%s",
+		 "network_blocked=%llu refused_syscall=%llu refused_filesystem=%llu%s%s%s",
 		 req->name, run.id, run.language, run.exited ? run.exit_code : -1, run.signal,
 		 (unsigned long long)run.duration_ms, (unsigned long long)run.cpu_ms,
-		 (unsigned long long)run.network_blocked, run.timed_out ? " timed_out=1" : "",
+		 (unsigned long long)run.network_blocked, (unsigned long long)x.refused.syscall,
+		 (unsigned long long)x.refused.filesystem, run.timed_out ? " timed_out=1" : "",
 		 run.oom_killed ? " oom_killed=1" : "", run.pids_limited ? " pids_limited=1" : "");
 	lb_info(lf, "run finished");
 	if (lb_store_run_insert(d->store, &run, &err) < 0) {
@@ -272,6 +354,7 @@ release:
 	lbd_gen_bool(g, "oom_killed", run.oom_killed);
 	lbd_gen_bool(g, "pids_limited", run.pids_limited);
 	lbd_gen_uint(g, "network_blocked", run.network_blocked);
+	gen_refused(g, &x, run.network_blocked);
 	lbd_gen_uint(g, "duration_ms", run.duration_ms);
 	lbd_gen_uint(g, "cpu_ms", run.cpu_ms);
 	lbd_gen_uint(g, "peak_memory_bytes", run.peak_memory_bytes);

@@ -157,6 +157,8 @@ static int do_probe(const char *policy_dir)
 	}
 	struct lb_host_facts f;
 	lb_host_probe(policy, &f);
+	struct lb_refusal_support rs;
+	lb_refusal_support(policy, &rs);
 	lb_policy_free(policy);
 	yajl_gen g = yajl_gen_alloc(NULL);
 	if (!g)
@@ -172,10 +174,48 @@ static int do_probe(const char *policy_dir)
 	gen_kv_bool(g, "loop_devices", f.loop_devices);
 	gen_kv_bool(g, "ready", f.why_not[0] == '\0');
 	gen_kv_str(g, "why_not", f.why_not);
+	/* Which kinds of refusal a run can count here (docs/isolation.md section 10), as /v1/health says. */
+	gen_str(g, "refusals");
+	yajl_gen_map_open(g);
+	gen_kv_bool(g, "syscall", rs.syscall_why_not == NULL);
+	gen_kv_str(g, "syscall_why_not", rs.syscall_why_not ? rs.syscall_why_not : "");
+	gen_kv_bool(g, "filesystem", rs.filesystem_why_not == NULL);
+	gen_kv_str(g, "filesystem_why_not", rs.filesystem_why_not ? rs.filesystem_why_not : "");
+	yajl_gen_map_close(g);
 	yajl_gen_map_close(g);
 	print_gen(g);
 	yajl_gen_free(g);
 	return f.why_not[0] ? 1 : 0;
+}
+
+/* "refused": counts by kind; null for a kind this host cannot count (lb_refusal_support says why). The tool runs
+ * only network `off` (no tier rules to count), so its network count is Landlock's TCP refusals, read with the
+ * filesystem ones from the audit records. */
+static void gen_refused(yajl_gen g, const struct lb_refusals *r)
+{
+	gen_str(g, "refused");
+	yajl_gen_map_open(g);
+	gen_str(g, "filesystem");
+	if (r->filesystem_reported)
+		yajl_gen_integer(g, (long long)r->filesystem);
+	else
+		yajl_gen_null(g);
+	gen_str(g, "syscall");
+	if (r->syscall_reported)
+		yajl_gen_integer(g, (long long)r->syscall);
+	else
+		yajl_gen_null(g);
+	gen_str(g, "network");
+	if (r->filesystem_reported)
+		yajl_gen_integer(g, (long long)r->network_landlock);
+	else
+		yajl_gen_null(g);
+	gen_str(g, "syscalls");
+	yajl_gen_map_open(g);
+	for (size_t i = 0; i < r->n_syscalls; i++)
+		gen_kv_int(g, r->syscalls[i].name, (long long)r->syscalls[i].count);
+	yajl_gen_map_close(g);
+	yajl_gen_map_close(g);
 }
 
 int main(int argc, char **argv)
@@ -514,6 +554,8 @@ int main(int argc, char **argv)
 		orr = gen_kv_output(g, "stderr", res.stderr_buf, res.stderr_len);
 	gen_kv_int(g, "stderr_bytes", (long long)res.stderr_total);
 	gen_kv_bool(g, "stderr_truncated", res.stderr_total > res.stderr_len);
+
+	gen_refused(g, &res.refused);
 
 	gen_str(g, "isolation");
 	yajl_gen_map_open(g);

@@ -13,7 +13,7 @@ from lensbox_testlib.lensboxd import Daemon  # noqa: E402
 RESULT_KEYS = {"id", "sandbox", "language", "exit_code", "signal", "timed_out", "oom_killed", "pids_limited",
                "network_blocked", "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout", "stdout_bytes",
                "stdout_truncated", "stderr", "stderr_bytes", "stderr_truncated", "sandbox_created", "sandbox_started",
-               "recreated", "image_pulled", "message"}  # image_pull_ms too, only when it pulled
+               "recreated", "image_pulled", "message", "refused"}  # image_pull_ms too, only when it pulled
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,7 @@ def test_network_blocked_counts_the_runs_own_refusals(env):
     run = d.ok_run(name, program([LAN, METADATA, LAN]), sandbox={"network": "web"})
     assert errors(run) == ["ECONNREFUSED"] * 3, run
     assert run["network_blocked"] == 3, run
+    assert run["refused"]["network"] == 3, run  # the same count, in the result's `refused`
     assert ledger_row(d, run["id"])["network_blocked"] == 3
     # The next run in the same sandbox counts only its own: the public site is allowed, so nothing is refused.
     clean = d.ok_run(name, program([SITE]))
@@ -80,6 +81,17 @@ def test_network_blocked_counts_the_runs_own_refusals(env):
     assert [r["network_blocked"] for r in rows] == [1, 0, 3], rows
     # and the Python client carries it
     assert d.client().runs(name, limit=1)[0].network_blocked == 1
+
+
+def test_a_forbidden_connect_explains_the_failure(env):
+    """A program that fails after its tier refused a connection: the message says so, for the model."""
+    w, d = env
+    src = program([LAN]) + "\nraise SystemExit(1)\n"
+    run = d.ok_run(d.name("why"), src, sandbox={"network": "web"})
+    assert run["exit_code"] == 1 and run["refused"]["network"] == 1, run
+    assert run["message"] == ("exited with code 1; the sandbox refused 1 network connection its network tier (web) "
+                              "forbids"), run
+    assert d.client().run(d.name("why"), "python", src).refused.network == 1
 
 
 def test_network_blocked_counts_relay_and_resolver_refusals(env):

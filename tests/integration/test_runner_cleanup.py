@@ -90,6 +90,9 @@ def test_probe_reports_the_host():
     assert p.returncode == 0 and facts["ready"] is True and facts["why_not"] == ""
     assert facts["kernel"] == os.uname().release
     assert facts["cgroup_version"] in ("v1", "v2") and facts["seccomp"] and facts["loop_devices"]
+    ref = facts["refusals"]
+    assert ref["syscall"] is True and ref["syscall_why_not"] == "", ref
+    assert ref["filesystem"] is (ref["filesystem_why_not"] == ""), ref
 
 
 def test_a_failed_start_leaves_nothing(env):

@@ -434,6 +434,7 @@ class FakeLensboxd:
                 "oom_killed": False,
                 "pids_limited": False,
                 "network_blocked": 0,
+                "refused": {"filesystem": None, "syscall": 0, "network": 0, "syscalls": {}},
                 "duration_ms": 12,
                 "cpu_ms": 8,
                 "peak_memory_bytes": 9 << 20,

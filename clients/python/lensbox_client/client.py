@@ -67,6 +67,27 @@ class SandboxError(Exception):
 
 
 @dataclass(frozen=True)
+class Refused:
+    """What the sandbox refused during a run, by kind. None: this host cannot count that kind (`health()`'s
+    `refusals` says why). `syscalls` names the refused system calls, most frequent first."""
+
+    filesystem: Optional[int]
+    syscall: Optional[int]
+    network: int
+    syscalls: Dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Optional[Mapping[str, Any]]) -> "Refused":
+        d = d or {}
+        return cls(
+            filesystem=_opt_int(d.get("filesystem")),
+            syscall=_opt_int(d.get("syscall")),
+            network=int(d.get("network") or 0),
+            syscalls={str(k): int(v) for k, v in (d.get("syscalls") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
 class RunResult:
     """What one run gave back. `exit_code` is None when the program was killed (see `signal`, `timed_out`,
     `oom_killed`); `message` is a sentence for the model when something went wrong."""
@@ -93,6 +114,7 @@ class RunResult:
     recreated: Optional[str]
     message: Optional[str]
     network_blocked: int = 0  # attempts the sandbox's network tier refused during this run
+    refused: Refused = field(default_factory=lambda: Refused(None, None, 0))
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -112,6 +134,7 @@ class RunResult:
             oom_killed=bool(d.get("oom_killed")),
             pids_limited=bool(d.get("pids_limited")),
             network_blocked=int(d.get("network_blocked") or 0),
+            refused=Refused.from_json(d.get("refused")),
             duration_ms=int(d.get("duration_ms") or 0),
             cpu_ms=int(d.get("cpu_ms") or 0),
             peak_memory_bytes=int(d.get("peak_memory_bytes") or 0),

@@ -26,6 +26,10 @@
 #define LB_LANDLOCK_SCOPE_ABSTRACT_UNIX	   (1ULL << 0) /* ABI 6 */
 #define LB_LANDLOCK_SCOPE_SIGNAL	   (1ULL << 1) /* ABI 6 */
 #define LB_LANDLOCK_MAX_KNOWN_ABI	   7
+/* ABI 7: landlock_restrict_self() flags and the audit records of denials (AUDIT_LANDLOCK_*). */
+#define LB_LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON (1U << 1)
+#define LB_AUDIT_LANDLOCK_ACCESS		  1423
+#define LB_AUDIT_LANDLOCK_DOMAIN		  1424
 
 /* The ABI 6 layout of struct landlock_ruleset_attr (the 6.1 header's has only handled_access_fs). Pass the size the
  * ABI knows: 8 bytes below ABI 4, 16 below ABI 6. */

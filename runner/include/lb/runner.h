@@ -101,6 +101,30 @@ struct lb_exec_spec {
 	size_t stderr_limit;	 /* bytes kept from the end of stderr */
 };
 
+/* What the sandbox refused during one run, by kind. A kind whose _reported is false cannot be counted on this host
+ * (lb_refusal_support() says why); its count is then 0 and means nothing. */
+#define LB_REFUSED_SYSCALLS_MAX 8
+struct lb_refused_syscall {
+	char name[32]; /* "mount", or "syscall 123" when libseccomp has no name for it */
+	uint64_t count;
+};
+struct lb_refusals {
+	bool syscall_reported;
+	uint64_t syscall; /* calls the seccomp profile refused with an errno other than ENOSYS (unknown calls) */
+	struct lb_refused_syscall syscalls[LB_REFUSED_SYSCALLS_MAX]; /* the most frequent first */
+	size_t n_syscalls;
+	bool filesystem_reported;  /* Landlock's audit records were read during the run (host audit on, ABI 7) */
+	uint64_t filesystem;	   /* file accesses Landlock refused */
+	uint64_t network_landlock; /* TCP binds and connects Landlock refused (when filesystem_reported) */
+	bool audit_lost;	   /* records were dropped: the two counts above may be low */
+};
+/* Which kinds this host can report, for /v1/health: NULL when it can, else a sentence saying why not. */
+struct lb_refusal_support {
+	const char *syscall_why_not;
+	const char *filesystem_why_not;
+};
+void lb_refusal_support(const struct lb_policy *policy, struct lb_refusal_support *ret);
+
 struct lb_exec_result {
 	int exit_code; /* -1 when killed by a signal */
 	int signal;    /* 0 when it exited */
@@ -116,6 +140,7 @@ struct lb_exec_result {
 	char *stderr_buf;      /* last stderr_limit bytes */
 	size_t stderr_len;
 	uint64_t stderr_total;
+	struct lb_refusals refused;
 };
 
 /* Runs one program to completion (or its time limit); every process it left is killed when its main process
