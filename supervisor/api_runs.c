@@ -114,7 +114,8 @@ static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, 
 	else if (x->exit_code != 0)
 		snprintf(buf, size, "exited with code %d", x->exit_code);
 	if (!x->timed_out && !x->oom_killed && (x->signal || x->exit_code != 0))
-		append_refusals(x, network_refused(x, network_blocked), spec->network, x->stderr_buf, buf, size);
+		append_refusals(x, network_refused(x, network_blocked), lb_tier_name(spec->network), x->stderr_buf, buf,
+				size);
 }
 
 /* "refused": counts by kind, null for a kind this host cannot count (GET /v1/health says why), and the refused
