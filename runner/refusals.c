@@ -70,7 +70,6 @@ void lb_refusals_end(struct lb_run_refusals *rf, bool failed, struct lb_refusals
 		lb_ll_audit_finish(&rf->ll, failed, LB_LL_FINISH_MS);
 		ret->filesystem_reported = true;
 		ret->filesystem = rf->ll.fs;
-		ret->network_landlock = rf->ll.net;
 		ret->audit_lost = rf->ll.lost;
 	}
 	lb_ll_audit_close(&rf->ll);

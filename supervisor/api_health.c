@@ -26,11 +26,6 @@ static void gen_refusals(yajl_gen g, struct lbd *d)
 	lbd_gen_bool(g, "syscall", rs.syscall_why_not == NULL);
 	lbd_gen_str(g, "syscall_why_not", rs.syscall_why_not);
 	lbd_gen_bool(g, "network", true);
-	lbd_gen_str(g, "network_partial",
-		    rs.filesystem_why_not
-			? "the network tiers' refusals are counted; TCP ports Landlock refuses (a web "
-			  "sandbox's connect to port 22) only where filesystem refusals are"
-			: NULL);
 	yajl_gen_map_close(g);
 }
 

@@ -46,11 +46,6 @@ static const char *signal_name(int sig)
 
 /* The run's network refusals: its tier's (network_blocked) plus the TCP binds and connects Landlock refused, which
  * only hosts reading Landlock's audit records can count (lb_refusals.filesystem_reported). */
-static uint64_t network_refused(const struct lb_exec_result *x, uint64_t network_blocked)
-{
-	return network_blocked + (x->refused.filesystem_reported ? x->refused.network_landlock : 0);
-}
-
 /* "; the sandbox refused 2 system calls (mount, keyctl) and 1 network connection its tier (off) forbids" appended to
  * buf, when the sandbox refused anything; else, when the program's own error output says a write met the read-only
  * root (which no kernel facility reports: the mount refuses it before Landlock sees it), a clause saying where it
@@ -114,8 +109,7 @@ static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, 
 	else if (x->exit_code != 0)
 		snprintf(buf, size, "exited with code %d", x->exit_code);
 	if (!x->timed_out && !x->oom_killed && (x->signal || x->exit_code != 0))
-		append_refusals(x, network_refused(x, network_blocked), lb_tier_name(spec->network), x->stderr_buf, buf,
-				size);
+		append_refusals(x, network_blocked, lb_tier_name(spec->network), x->stderr_buf, buf, size);
 }
 
 /* "refused": counts by kind, null for a kind this host cannot count (GET /v1/health says why), and the refused
@@ -133,7 +127,7 @@ static void gen_refused(yajl_gen g, const struct lb_exec_result *x, uint64_t net
 		lbd_gen_uint(g, "syscall", r->syscall);
 	else
 		lbd_gen_null(g, "syscall");
-	lbd_gen_uint(g, "network", network_refused(x, network_blocked));
+	lbd_gen_uint(g, "network", network_blocked);
 	lbd_gen_key(g, "syscalls");
 	yajl_gen_map_open(g);
 	for (size_t i = 0; i < r->n_syscalls; i++)

@@ -25,7 +25,6 @@
 #include "lb/policy.h"
 #include "lb/tier.h"
 
-
 enum lb_cgroup_version { LB_CGROUP_NONE = 0, LB_CGROUP_V1 = 1, LB_CGROUP_V2 = 2 };
 
 /* What the host can do, measured at start and reported by /v1/health and the runner's JSON. */
@@ -113,10 +112,9 @@ struct lb_refusals {
 	uint64_t syscall; /* calls the seccomp profile refused with an errno other than ENOSYS (unknown calls) */
 	struct lb_refused_syscall syscalls[LB_REFUSED_SYSCALLS_MAX]; /* the most frequent first */
 	size_t n_syscalls;
-	bool filesystem_reported;  /* Landlock's audit records were read during the run (host audit on, ABI 7) */
-	uint64_t filesystem;	   /* file accesses Landlock refused */
-	uint64_t network_landlock; /* TCP binds and connects Landlock refused (when filesystem_reported) */
-	bool audit_lost;	   /* records were dropped: the two counts above may be low */
+	bool filesystem_reported; /* Landlock's audit records were read during the run (host audit on, ABI 7) */
+	uint64_t filesystem;	  /* file accesses Landlock refused */
+	bool audit_lost;	  /* records were dropped: the two counts above may be low */
 };
 /* Which kinds this host can report, for /v1/health: NULL when it can, else a sentence saying why not. */
 struct lb_refusal_support {
