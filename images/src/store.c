@@ -294,13 +294,7 @@ int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_in
 	info->imported_at = (v = jget(o, "imported_at", yajl_t_number)) ? YAJL_GET_INTEGER(v) : 0;
 	info->has_python3 = jget(o, "has_python3", yajl_t_true) != NULL;
 	info->has_bash = jget(o, "has_bash", yajl_t_true) != NULL;
-	char side[128];
-	struct stat st;
-	snprintf(side, sizeof(side), "images/%s/pinned", hex);
-	info->pinned = faccessat(s->rootfd, side, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-	snprintf(side, sizeof(side), "images/%s/last_used", hex);
-	info->last_used =
-	    fstatat(s->rootfd, side, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mtim.tv_sec : info->imported_at;
+	lbi_usage_read(s, hex, info->imported_at, &info->pinned, &info->last_used);
 	yajl_tree_free(o);
 	if (asprintf(&info->rootfs, "%s/images/%s/rootfs", s->root, hex) < 0)
 		info->rootfs = NULL;
