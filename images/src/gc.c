@@ -83,7 +83,7 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 	DIR *d = ifd >= 0 ? fdopendir(ifd) : NULL;
 	if (!d)
 		return lb_error_set(err, errno, "listing %s/images", s->root);
-	ifd = -1;
+	ifd = -1; // NOLINT(clang-analyzer-deadcode.DeadStores): _cleanup_close_ reads it
 	_cleanup_closedir_ DIR *dir = d;
 	char(*wanted)[65] = NULL;
 	size_t n_wanted = 0, removed = 0;
