@@ -1,6 +1,7 @@
 /*
  * error.c — formatting for struct lb_error (see error.h). Pure functions; no allocation, no logging.
  */
+#define LB_ERROR_IMPLEMENTATION /* defines the functions error.h wraps for the analyzer */
 #include "lb/error.h"
 
 #include <stdarg.h>

@@ -272,6 +272,7 @@ static int cmd_run(const struct opts *o, int argc, char **argv)
 				strerror(-r));
 			return EXIT_RUN_FAILED;
 		}
+		// NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): read_path() sets source when it returns 0
 		if (memchr(source, '\0', source_len)) {
 			fprintf(stderr, "lensbox: %s holds a NUL byte; a source is text\n", from);
 			return EXIT_RUN_FAILED;
@@ -292,7 +293,7 @@ static int cmd_run(const struct opts *o, int argc, char **argv)
 
 	yajl_gen g = yajl_gen_alloc(NULL);
 	if (!g)
-		return EXIT_RUN_FAILED;
+		return EXIT_RUN_FAILED; // NOLINT(clang-analyzer-unix.Malloc): source is _cleanup_free_
 	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
 	yajl_gen_map_open(g);
 	gen_str(g, "language", language);
@@ -643,6 +644,7 @@ static int cp_in(const struct opts *o, const char *local, const char *name, cons
 		if (strcmp(local, "-") == 0)
 			return usage_error("copying standard input needs a file name: NAME:PATH");
 		_cleanup_free_ char *copy = strdup(local);
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): copy is _cleanup_free_
 		if (!copy || asprintf(&target, "%s%s", rpath, basename(copy)) < 0)
 			return 1;
 	} else {
@@ -654,6 +656,7 @@ static int cp_in(const struct opts *o, const char *local, const char *name, cons
 	size_t len = 0;
 	int r = read_path(local, FILE_MAX, &data, &len);
 	if (r == -EFBIG) {
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): target is _cleanup_free_
 		fprintf(stderr, "lensbox: %s is larger than 25 MiB, the most a file copied in may be\n", local);
 		return 1;
 	}
@@ -706,6 +709,7 @@ static int cp_out(const struct opts *o, const char *name, const char *rpath, con
 		_cleanup_free_ char *copy = strdup(rpath);
 		size_t n = strlen(local);
 		bool slash = n > 0 && local[n - 1] == '/';
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): copy is _cleanup_free_
 		if (!copy || asprintf(&dest, "%s%s%s", local, slash ? "" : "/", basename(copy)) < 0)
 			return 1;
 	} else if (!to_stdout) {
@@ -720,7 +724,7 @@ static int cp_out(const struct opts *o, const char *name, const char *rpath, con
 		f = fdopen(dup(STDOUT_FILENO), "w");
 	} else {
 		if (asprintf(&tmp, "%s.lensbox-XXXXXX", dest) < 0)
-			return 1;
+			return 1; // NOLINT(clang-analyzer-unix.Malloc): dest is _cleanup_free_
 		int fd = mkostemp(tmp, O_CLOEXEC);
 		if (fd < 0) {
 			fprintf(stderr, "lensbox: creating %s: %s\n", dest, strerror(errno));
@@ -785,9 +789,11 @@ static int cmd_cp(const struct opts *o, int argc, char **argv)
 	bool src_remote = split_remote(argv[0], &sname, &spath);
 	bool dst_remote = split_remote(argv[1], &dname, &dpath);
 	if (src_remote == dst_remote)
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): dname is _cleanup_free_
 		return usage_error("cp copies between this machine and a sandbox: exactly one side is NAME:PATH "
 				   "(write ./%s for a local name with a colon)",
 				   argv[0]);
+	// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): sname is _cleanup_free_
 	return dst_remote ? cp_in(o, argv[0], dname, dpath) : cp_out(o, sname, spath, argv[1]);
 }
 

@@ -41,7 +41,7 @@ void lbi_sha256_final(struct lbi_sha256 *h, char hex[65])
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
 	EVP_DigestFinal_ex(h->ctx, md, &n);
-	for (unsigned int i = 0; i < 32; i++) {
+	for (size_t i = 0; i < 32; i++) {
 		hex[2 * i] = digits[md[i] >> 4];
 		hex[2 * i + 1] = digits[md[i] & 0xf];
 	}
@@ -89,7 +89,7 @@ int lbi_sha256_fd(int fd, uint64_t max, char hex[65], uint64_t *ret_size)
 		return -ENOMEM;
 	int r = lbi_sha256_init(&h);
 	if (r < 0)
-		return r;
+		return r; // cppcheck-suppress memleak ; NOLINT(clang-analyzer-unix.Malloc): buf is _cleanup_free_
 	for (;;) {
 		ssize_t n = pread(fd, buf, bufsize, (off_t)total);
 		if (n < 0) {

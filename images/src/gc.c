@@ -1,8 +1,9 @@
 /*
- * gc.c — image usage, pins and garbage collection.
+ * gc.c — pins and garbage collection.
  *
  * Runs as root in lensboxd (on a timer) or lensbox-image gc. Usage is the mtime of images/<hex>/last_used (touched
- * at import and whenever a sandbox is made from the image); a pin is the file images/<hex>/pinned. Collection never
+ * at import and whenever a sandbox is made from the image); a pin is the file images/<hex>/pinned (both usage.c).
+ * Collection never
  * removes what is pinned or what the caller's in_use says a sandbox uses, and removes an image the same way rm does
  * (names first, then the tree renamed into tmp/ and deleted), so a sandbox being created concurrently either finds
  * the complete image or none. Pulled blobs (layout/blobs/sha256) are kept while any remaining image lists them in
@@ -26,35 +27,15 @@
 
 #define BLOB_GRACE_SECONDS 600
 
-int lb_image_touch(struct lb_images *s, const char *config_digest, struct lb_error *err)
-{
-	char hex[65], path[128];
-	if (lbi_digest_hex(config_digest, hex) < 0)
-		return lb_error_setx(err, EINVAL, "'%.80s' is not a sha256 digest", config_digest);
-	snprintf(path, sizeof(path), "images/%s/last_used", hex);
-	_cleanup_close_ int fd = openat(s->rootfd, path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return lb_error_set(err, errno, "touching %s", path);
-	if (futimens(fd, NULL) < 0)
-		return lb_error_set(err, errno, "touching %s", path);
-	return 0;
-}
-
 int lb_image_pin(struct lb_images *s, const char *ref, bool pinned, struct lb_error *err)
 {
-	char hex[65], path[128];
+	char hex[65];
 	int r = lbi_resolve_ref(s, ref, hex, NULL, 0, err);
 	if (r < 0)
 		return r;
-	snprintf(path, sizeof(path), "images/%s/pinned", hex);
-	if (!pinned) {
-		if (unlinkat(s->rootfd, path, 0) < 0 && errno != ENOENT)
-			return lb_error_set(err, errno, "unpinning %s", ref);
-		return 0;
-	}
-	_cleanup_close_ int fd = openat(s->rootfd, path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return lb_error_set(err, errno, "pinning %s", ref);
+	r = lbi_usage_set_pinned(s, hex, pinned);
+	if (r < 0)
+		return pinned ? lb_error_set(err, r, "pinning %s", ref) : lb_error_set(err, r, "unpinning %s", ref);
 	return 0;
 }
 
@@ -102,7 +83,7 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 	DIR *d = ifd >= 0 ? fdopendir(ifd) : NULL;
 	if (!d)
 		return lb_error_set(err, errno, "listing %s/images", s->root);
-	ifd = -1;
+	ifd = -1; // NOLINT(clang-analyzer-deadcode.DeadStores): _cleanup_close_ reads it
 	_cleanup_closedir_ DIR *dir = d;
 	char(*wanted)[65] = NULL;
 	size_t n_wanted = 0, removed = 0;

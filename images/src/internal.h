@@ -72,6 +72,14 @@ struct lbi_unpack_stats {
 int lbi_layer_apply(int rootfd, int blobfd, const char *diff_id_hex, const char *what, const struct lb_image_limits *l,
 		    struct lbi_unpack_stats *st, struct lb_error *err);
 
+/* ---- usage.c ---- */
+
+/* Creates (pinned) or removes images/<hex>/pinned; absent is success when unpinning. 0 or a negative errno. */
+int lbi_usage_set_pinned(struct lb_images *s, const char *hex, bool pinned);
+/* Whether images/<hex> is pinned, and when it was last used (imported_at when it never was). */
+void lbi_usage_read(struct lb_images *s, const char *hex, int64_t imported_at, bool *ret_pinned,
+		    int64_t *ret_last_used);
+
 /* ---- store.c ---- */
 
 struct lbi_plan;

@@ -47,8 +47,8 @@
 
 #include "internal.h"
 
-#define IN_BUF_SIZE  (256 * 1024)
-#define OUT_BUF_SIZE (512 * 1024)
+#define IN_BUF_SIZE  ((size_t)256 * 1024)
+#define OUT_BUF_SIZE ((size_t)512 * 1024)
 
 /* ---- the decompressing, hashing stream libarchive reads from ---- */
 

@@ -174,7 +174,7 @@ static bool platform_ok(yajl_val platform)
 		return true;
 	const char *os = get_str(platform, "os"), *arch = get_str(platform, "architecture");
 	const char *variant = get_str(platform, "variant");
-	if (!os || !arch || strcmp(os, "linux") || strcmp(arch, HOST_ARCH))
+	if (!os || !arch || strcmp(os, "linux") != 0 || strcmp(arch, HOST_ARCH) != 0)
 		return false;
 	return !variant || !*variant || !strcmp(variant, HOST_VARIANT);
 }
@@ -196,7 +196,7 @@ static int parse_config(yajl_val cfg, size_t n_layers, struct lbi_plan *p, struc
 	const char *arch = get_str(cfg, "architecture"), *os = get_str(cfg, "os");
 	if (!arch || !os)
 		return lb_error_setx(err, EBADMSG, "config sha256:%s: no architecture or os", p->config_hex);
-	if (strcmp(os, "linux") || strcmp(arch, HOST_ARCH))
+	if (strcmp(os, "linux") != 0 || strcmp(arch, HOST_ARCH) != 0)
 		return lb_error_setx(err, ENOENT,
 				     "config sha256:%s: the image is for %.32s/%.32s, this host is linux/%s",
 				     p->config_hex, os, arch, HOST_ARCH);
@@ -229,7 +229,7 @@ static int parse_config(yajl_val cfg, size_t n_layers, struct lbi_plan *p, struc
 	yajl_val rootfs = get(cfg, "rootfs");
 	const char *type = get_str(rootfs, "type");
 	yajl_val diff_ids = get(rootfs, "diff_ids");
-	if (!type || strcmp(type, "layers") || !YAJL_IS_ARRAY(diff_ids))
+	if (!type || strcmp(type, "layers") != 0 || !YAJL_IS_ARRAY(diff_ids))
 		return lb_error_setx(err, EBADMSG, "config sha256:%s: rootfs is not {type: layers, diff_ids}",
 				     p->config_hex);
 	if (diff_ids->u.array.len != n_layers)
@@ -312,7 +312,7 @@ static int pick_from_index(int layoutfd, yajl_val index, const char *ref_name, u
 		yajl_val d = ms->u.array.values[i];
 		if (ref_name && depth == 0) {
 			const char *rn = get_str(get(d, "annotations"), "org.opencontainers.image.ref.name");
-			if (!rn || strcmp(rn, ref_name))
+			if (!rn || strcmp(rn, ref_name) != 0)
 				continue;
 		}
 		if (is_attestation(d) || !platform_ok(get(d, "platform")))
@@ -331,8 +331,8 @@ static int pick_from_index(int layoutfd, yajl_val index, const char *ref_name, u
 				return r;
 			continue;
 		}
-		if (dd.media_type && strcmp(dd.media_type, MT_OCI_MANIFEST) &&
-		    strcmp(dd.media_type, MT_DOCKER_MANIFEST))
+		if (dd.media_type && strcmp(dd.media_type, MT_OCI_MANIFEST) != 0 &&
+		    strcmp(dd.media_type, MT_DOCKER_MANIFEST) != 0)
 			continue;
 		*ret = dd;
 		return 0;
@@ -491,9 +491,11 @@ int lbi_manifest_blobs(int layoutfd, const char *manifest_hex, uint64_t size, co
 	struct desc d;
 	r = parse_desc(get(m, "config"), "manifest config descriptor", &d, err);
 	if (r < 0)
-		return r;
-	if (d.size > l->max_json_bytes)
+		return r; // cppcheck-suppress memleak ; NOLINT(clang-analyzer-unix.Malloc): b is _cleanup_free_
+	if (d.size > l->max_json_bytes) {
+		// cppcheck-suppress memleak ; b is _cleanup_free_
 		return lb_error_setx(err, EFBIG, "config sha256:%s: too large", d.hex);
+	}
 	memcpy(b[0].hex, d.hex, 65);
 	b[0].size = d.size;
 	for (size_t i = 1; i < n; i++) {

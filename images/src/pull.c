@@ -41,7 +41,7 @@
 	"application/vnd.docker.distribution.manifest.list.v2+json, "                                   \
 	"application/vnd.docker.distribution.manifest.v2+json"
 #define MAX_REDIRECTS 5
-#define TOKEN_MAX     (64 * 1024)
+#define TOKEN_MAX     ((size_t)64 * 1024)
 
 struct puller {
 	struct lb_images *s;
@@ -265,7 +265,7 @@ static int authenticate(struct puller *p, const char *challenge)
 		snprintf(p->auth, sizeof(p->auth), "Authorization: Basic %s", p->basic);
 		return 0;
 	}
-	if (strncasecmp(challenge, "Bearer", 6))
+	if (strncasecmp(challenge, "Bearer", 6) != 0)
 		return lb_error_setx(p->err, EACCES, "%s: unsupported authentication challenge '%.100s'", p->ref.domain,
 				     challenge);
 	char realm[1024], service[512] = "", scope[512] = "";
@@ -275,7 +275,7 @@ static int authenticate(struct puller *p, const char *challenge)
 	if (!challenge_param(challenge, "scope", scope, sizeof(scope)))
 		snprintf(scope, sizeof(scope), "repository:%s:pull", p->ref.path);
 	/* The token service gets the password too (as Docker does), so it must be reached as safely as the registry. */
-	if (strncmp(realm, "https://", 8) && !(is_insecure(p) && !strncmp(realm, "http://", 7)))
+	if (strncmp(realm, "https://", 8) != 0 && !(is_insecure(p) && !strncmp(realm, "http://", 7)))
 		return lb_error_setx(p->err, EACCES, "%s: token realm %.200s is not https", p->ref.domain, realm);
 
 	__attribute__((cleanup(curl_freep))) CURL *esc = curl_easy_init();
@@ -363,8 +363,8 @@ static int load_credentials(struct puller *p)
 					x |= (unsigned char)plain[i + 2];
 				p->basic[o++] = b64[(x >> 18) & 63];
 				p->basic[o++] = b64[(x >> 12) & 63];
-				p->basic[o++] = i + 1 < n ? b64[(x >> 6) & 63] : '=';
-				p->basic[o++] = i + 2 < n ? b64[x & 63] : '=';
+				p->basic[o++] = (char)(i + 1 < n ? b64[(x >> 6) & 63] : '=');
+				p->basic[o++] = (char)(i + 2 < n ? b64[x & 63] : '=');
 			}
 			p->basic[o] = '\0';
 		}
@@ -534,7 +534,7 @@ static int dl_done(struct dl *d, CURLM *m, CURLcode cr)
 	char partial[120], name[100];
 	snprintf(partial, sizeof(partial), "blobs/sha256/%s.partial", d->b->hex);
 	snprintf(name, sizeof(name), "blobs/sha256/%s", d->b->hex);
-	if (r < 0 || size != d->b->size || strcmp(got, d->b->hex)) {
+	if (r < 0 || size != d->b->size || strcmp(got, d->b->hex) != 0) {
 		unlinkat(p->layoutfd, partial, 0);
 		return lb_error_setx(p->err, EBADMSG, "blob sha256:%s: downloaded content is %llu bytes, sha256:%s",
 				     d->b->hex, (unsigned long long)size, r < 0 ? "?" : got);
@@ -575,8 +575,10 @@ static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t
 	if (!dls)
 		return lb_error_set(p->err, ENOMEM, "downloads");
 	CURLM *m = curl_multi_init();
-	if (!m)
+	if (!m) {
+		// cppcheck-suppress memleak ; NOLINTNEXTLINE(clang-analyzer-unix.Malloc): dls is _cleanup_free_
 		return lb_error_set(p->err, ENOMEM, "curl_multi_init");
+	}
 	size_t next = 0, active = 0, done = 0;
 	int r = 0;
 	for (size_t i = 0; i < n; i++)
@@ -663,7 +665,7 @@ static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t
 		if (dls[i].fd >= 0)
 			close(dls[i].fd);
 	}
-	curl_multi_cleanup(m);
+	curl_multi_cleanup(m); // NOLINT(clang-analyzer-unix.Malloc): dls is _cleanup_free_
 	return r;
 }
 
@@ -699,7 +701,7 @@ static int fetch_manifest(struct puller *p, const char *what, const char *want_h
 	int r = lbi_sha256_buf(data, body.len, hex);
 	if (r < 0)
 		return lb_error_set(p->err, r, "sha256");
-	if (want_hex && strcmp(hex, want_hex))
+	if (want_hex && strcmp(hex, want_hex) != 0)
 		return lb_error_setx(p->err, EBADMSG, "manifest %s: content is sha256:%s", what, hex);
 	r = store_verified(p, data, body.len, hex);
 	if (r < 0)

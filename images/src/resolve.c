@@ -69,7 +69,7 @@ int lbi_open_dir_in_root(int rootfd, const char *rel, bool create, void (*on_cre
 		return -ENOMEM;
 	_cleanup_close_ int cur = lbi_open_in_root(rootfd, "", O_RDONLY | O_DIRECTORY, 0);
 	if (cur < 0)
-		return cur;
+		return cur; // cppcheck-suppress memleak ; NOLINT(clang-analyzer-unix.Malloc): prefix is _cleanup_free_
 	size_t start = 0;
 	while (start < len) {
 		size_t end = start;
@@ -81,7 +81,7 @@ int lbi_open_dir_in_root(int rootfd, const char *rel, bool create, void (*on_cre
 		if (next == -ENOENT) {
 			const char *name = prefix + start;
 			if (mkdirat(cur, name, 0755) < 0 && errno != EEXIST)
-				return -errno;
+				return -errno; // NOLINT(clang-analyzer-unix.Malloc): prefix is _cleanup_free_
 			if (on_created)
 				on_created(prefix, ud);
 			next = lbi_open_in_root(rootfd, prefix, O_RDONLY | O_DIRECTORY, 0);

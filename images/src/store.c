@@ -126,13 +126,14 @@ int lb_images_open(const char *root, const struct lb_image_limits *limits, struc
 	_cleanup_free_ struct lb_images *s = calloc(1, sizeof(*s));
 	if (!s || !(s->root = strdup(root))) {
 		if (s)
-			free(s->root);
+			free(s->root); // NOLINT(clang-analyzer-unix.Malloc): s is _cleanup_free_
 		return lb_error_set(err, ENOMEM, "image store");
 	}
 	s->rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (s->rootfd < 0) {
 		r = -errno;
 		free(s->root);
+		// cppcheck-suppress memleak ; s is _cleanup_free_
 		return lb_error_set(err, r, "opening image root %s", root);
 	}
 	static const char *const subdirs[] = { "images", "names", "tmp" };
@@ -294,13 +295,7 @@ int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_in
 	info->imported_at = (v = jget(o, "imported_at", yajl_t_number)) ? YAJL_GET_INTEGER(v) : 0;
 	info->has_python3 = jget(o, "has_python3", yajl_t_true) != NULL;
 	info->has_bash = jget(o, "has_bash", yajl_t_true) != NULL;
-	char side[128];
-	struct stat st;
-	snprintf(side, sizeof(side), "images/%s/pinned", hex);
-	info->pinned = faccessat(s->rootfd, side, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-	snprintf(side, sizeof(side), "images/%s/last_used", hex);
-	info->last_used =
-	    fstatat(s->rootfd, side, &st, AT_SYMLINK_NOFOLLOW) == 0 ? st.st_mtim.tv_sec : info->imported_at;
+	lbi_usage_read(s, hex, info->imported_at, &info->pinned, &info->last_used);
 	yajl_tree_free(o);
 	if (asprintf(&info->rootfs, "%s/images/%s/rootfs", s->root, hex) < 0)
 		info->rootfs = NULL;
@@ -338,7 +333,7 @@ int lbi_name_target(struct lb_images *s, const char *file, char hex[65])
 	if (n < 0)
 		return -errno;
 	buf[n] = '\0';
-	if (strncmp(buf, "../images/", 10) || strlen(buf + 10) != 64 || strspn(buf + 10, "0123456789abcdef") != 64)
+	if (strncmp(buf, "../images/", 10) != 0 || strlen(buf + 10) != 64 || strspn(buf + 10, "0123456789abcdef") != 64)
 		return -EBADMSG;
 	memcpy(hex, buf + 10, 65);
 	return 0;
@@ -379,12 +374,12 @@ static int collect_names(struct lb_images *s, const char *hex, struct lb_image_i
 	DIR *d = fdopendir(nfd);
 	if (!d)
 		return -errno;
-	nfd = -1;
+	nfd = -1; // NOLINT(clang-analyzer-deadcode.DeadStores): _cleanup_close_ reads it
 	_cleanup_closedir_ DIR *dir = d;
 	struct dirent *de;
 	while ((de = readdir(dir))) {
 		char h[65];
-		if (de->d_name[0] == '.' || lbi_name_target(s, de->d_name, h) < 0 || strcmp(h, hex))
+		if (de->d_name[0] == '.' || lbi_name_target(s, de->d_name, h) < 0 || strcmp(h, hex) != 0)
 			continue;
 		char **nv = realloc(info->names, (info->n_names + 2) * sizeof(char *));
 		if (!nv)
@@ -503,7 +498,7 @@ static int unpack_plan(struct lb_images *s, int layoutfd, const struct lbi_plan 
 						     (unsigned long long)ly->size);
 			if (r < 0)
 				return lb_error_set(err, r, "%s: hashing the blob", what);
-			if (strcmp(got, ly->digest_hex))
+			if (strcmp(got, ly->digest_hex) != 0)
 				return lb_error_setx(err, EBADMSG, "%s: blob content is sha256:%s", what, got);
 		}
 		int r = lbi_layer_apply(treefd, bfd, ly->diff_hex, what, &s->limits, &st, err);
@@ -651,7 +646,7 @@ int lbi_resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *re
 		DIR *d = ifd >= 0 ? fdopendir(ifd) : NULL;
 		if (!d)
 			return lb_error_set(err, errno, "listing %s/images", s->root);
-		ifd = -1;
+		ifd = -1; // NOLINT(clang-analyzer-deadcode.DeadStores): _cleanup_close_ reads it
 		_cleanup_closedir_ DIR *dir = d;
 		struct dirent *de;
 		int found = 0;
@@ -704,7 +699,7 @@ int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t 
 	DIR *d = ifd >= 0 ? fdopendir(ifd) : NULL;
 	if (!d)
 		return lb_error_set(err, errno, "listing %s/images", s->root);
-	ifd = -1;
+	ifd = -1; // NOLINT(clang-analyzer-deadcode.DeadStores): _cleanup_close_ reads it
 	_cleanup_closedir_ DIR *dir = d;
 	struct lb_image_info **list = NULL;
 	size_t n = 0;
@@ -716,6 +711,7 @@ int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t 
 		int r = lbi_read_image_json(s, de->d_name, &info);
 		if (r == 0)
 			r = collect_names(s, de->d_name, info);
+		// NOLINTNEXTLINE(bugprone-sizeof-expression): list is an array of pointers
 		struct lb_image_info **nl = r == 0 ? realloc(list, (n + 1) * sizeof(*list)) : NULL;
 		if (!nl) {
 			lb_image_info_free(info);

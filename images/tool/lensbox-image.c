@@ -143,7 +143,198 @@ static void progress(const char *hex, uint64_t done, uint64_t total, void *ud)
 		fprintf(stderr, "blob %.12s: %" PRIu64 " bytes\n", hex, total);
 }
 
-int main(int argc, char **argv)
+/* Each command gets the arguments after its name (argc may be 0) and returns the exit status. */
+
+static int cmd_import(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	const char *file = NULL, *name = NULL, *ref = NULL;
+	for (int i = 0; i < argc; i++) {
+		if (!strcmp(argv[i], "--name") && i + 1 < argc)
+			name = argv[++i];
+		else if (!strcmp(argv[i], "--ref") && i + 1 < argc)
+			ref = argv[++i];
+		else if (!file && argv[i][0] != '-')
+			file = argv[i];
+		else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!file) {
+		usage(stderr);
+		return 2;
+	}
+	struct lb_error err = { 0 };
+	struct lb_image_info *info = NULL;
+	if (lb_image_import(s, file, ref, name, &info, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	const char *w = lb_image_info_warning(info);
+	if (w)
+		lb_warn(NULL, "%s", w);
+	printf("%s %s\n", info->config_digest, info->rootfs);
+	lb_image_info_free(info);
+	return 0;
+}
+
+static int cmd_pull(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	if (argc < 1) {
+		usage(stderr);
+		return 2;
+	}
+	const char *ref = argv[0];
+	const char *insecure[17] = { 0 };
+	size_t n_insecure = 0;
+	bool tty = isatty(STDERR_FILENO);
+	struct lb_pull_opts po = { .progress = progress, .progress_ud = &tty };
+	for (int i = 1; i < argc; i++) {
+		uint64_t v = 0;
+		if (!strcmp(argv[i], "--insecure-registry") && i + 1 < argc && n_insecure < 16)
+			insecure[n_insecure++] = argv[++i];
+		else if (!strcmp(argv[i], "--ca-file") && i + 1 < argc)
+			po.ca_file = argv[++i];
+		else if (!strcmp(argv[i], "--credentials") && i + 1 < argc)
+			po.credentials_file = argv[++i];
+		else if (!strcmp(argv[i], "--parallel") && i + 1 < argc && parse_u64(argv[++i], &v) == 0 && v > 0 &&
+			 v <= 16)
+			po.max_parallel = (unsigned)v;
+		else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	po.insecure_registries = insecure;
+	struct lb_error err = { 0 };
+	struct lb_image_info *info = NULL;
+	if (lb_image_pull(s, ref, &po, &info, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	const char *w = lb_image_info_warning(info);
+	if (w)
+		lb_warn(NULL, "%s", w);
+	printf("%s %s\n", info->config_digest, info->rootfs);
+	lb_image_info_free(info);
+	return 0;
+}
+
+static int cmd_ls(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	bool json = argc > 0 && !strcmp(argv[0], "--json");
+	struct lb_error err = { 0 };
+	struct lb_image_info **list = NULL;
+	size_t n = 0;
+	if (lb_image_list(s, &list, &n, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	if (json) {
+		print_json(list, n, true);
+	} else {
+		printf("%-50s %-19s %10s %s\n", "NAME", "DIGEST", "SIZE", "PINNED");
+		for (size_t i = 0; i < n; i++) {
+			const char *short_digest = list[i]->config_digest;
+			for (size_t k = 0; k < (list[i]->n_names ? list[i]->n_names : 1); k++)
+				printf("%-50s %-19.19s %8.1fMB %s\n", list[i]->n_names ? list[i]->names[k] : "<none>",
+				       short_digest, (double)list[i]->size_bytes / 1e6, list[i]->pinned ? "yes" : "");
+		}
+	}
+	lb_image_list_free(list, n);
+	return 0;
+}
+
+static int cmd_inspect(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	if (argc != 1) {
+		usage(stderr);
+		return 2;
+	}
+	struct lb_error err = { 0 };
+	struct lb_image_info *info = NULL;
+	if (lb_image_inspect(s, argv[0], &info, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	print_json(&info, 1, false);
+	lb_image_info_free(info);
+	return 0;
+}
+
+static int cmd_tag(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	if (argc != 2) {
+		usage(stderr);
+		return 2;
+	}
+	struct lb_error err = { 0 };
+	if (lb_image_tag(s, argv[0], argv[1], &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_pin(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	if (argc != 1) {
+		usage(stderr);
+		return 2;
+	}
+	struct lb_error err = { 0 };
+	if (lb_image_pin(s, argv[0], !strcmp(cmd, "pin"), &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_gc(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	uint64_t secs = 0;
+	if (argc != 2 || strcmp(argv[0], "--older-than") != 0 || parse_u64(argv[1], &secs) < 0) {
+		usage(stderr);
+		return 2;
+	}
+	/* Without the daemon this tool cannot know which sandboxes run: lensboxd's timer passes in_use. */
+	struct lb_error err = { 0 };
+	size_t removed = 0;
+	if (lb_image_gc(s, secs, NULL, NULL, &removed, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	printf("removed %zu image(s)\n", removed);
+	return 0;
+}
+
+static int cmd_rm(struct lb_images *s, const char *cmd, int argc, char **argv)
+{
+	if (argc != 1) {
+		usage(stderr);
+		return 2;
+	}
+	/* Without the daemon this tool cannot know which sandboxes run: lensboxd's API checks in-use. */
+	struct lb_error err = { 0 };
+	if (lb_image_remove(s, argv[0], NULL, NULL, &err) < 0) {
+		fail(cmd, &err);
+		return 1;
+	}
+	return 0;
+}
+
+static const struct command {
+	const char *name;
+	int (*run)(struct lb_images *s, const char *cmd, int argc, char **argv);
+} commands[] = {
+	{ "import", cmd_import },   { "pull", cmd_pull }, { "ls", cmd_ls },
+	{ "inspect", cmd_inspect }, { "tag", cmd_tag },	  { "pin", cmd_pin },
+	{ "unpin", cmd_pin },	    { "gc", cmd_gc },	  { "rm", cmd_rm },
+};
+
+/* The global options, before the command: the store's root and its limits. Returns -1 to go on, else the exit
+ * status. */
+static int parse_options(int argc, char **argv, const char **root, struct lb_image_limits *limits)
 {
 	static const struct option opts[] = {
 		{ "root", required_argument, NULL, 'r' },
@@ -153,17 +344,12 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *root = getenv("LENSBOX_IMAGE_ROOT");
-	if (!root || !*root)
-		root = LB_IMAGES_DEFAULT_ROOT;
-	struct lb_image_limits limits;
-	lb_image_limits_default(&limits);
 	int c;
 	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		uint64_t v = 0;
 		switch (c) {
 		case 'r':
-			root = optarg;
+			*root = optarg;
 			break;
 		case 'b':
 		case 'e':
@@ -173,11 +359,11 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			if (c == 'b')
-				limits.max_total_bytes = v;
+				limits->max_total_bytes = v;
 			else if (c == 'e')
-				limits.max_entries = v;
+				limits->max_entries = v;
 			else
-				limits.max_path_len = v;
+				limits->max_path_len = v;
 			break;
 		case 'h':
 			usage(stdout);
@@ -191,157 +377,34 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	const char *root = getenv("LENSBOX_IMAGE_ROOT");
+	if (!root || !*root)
+		root = LB_IMAGES_DEFAULT_ROOT;
+	struct lb_image_limits limits;
+	lb_image_limits_default(&limits);
+	int status = parse_options(argc, argv, &root, &limits);
+	if (status >= 0)
+		return status;
 	const char *cmd = argv[optind++];
 	struct lb_error err = { 0 };
 	struct lb_images *s = NULL;
-	int r = lb_images_open(root, &limits, &s, &err);
-	if (r < 0) {
+	if (lb_images_open(root, &limits, &s, &err) < 0) {
 		fail("open", &err);
 		return 1;
 	}
-
-	int status = 0;
-	if (!strcmp(cmd, "import")) {
-		const char *file = NULL, *name = NULL, *ref = NULL;
-		for (int i = optind; i < argc; i++) {
-			if (!strcmp(argv[i], "--name") && i + 1 < argc)
-				name = argv[++i];
-			else if (!strcmp(argv[i], "--ref") && i + 1 < argc)
-				ref = argv[++i];
-			else if (!file && argv[i][0] != '-')
-				file = argv[i];
-			else {
-				usage(stderr);
-				status = 2;
-				goto done;
-			}
-		}
-		if (!file) {
-			usage(stderr);
-			status = 2;
-			goto done;
-		}
-		struct lb_image_info *info = NULL;
-		r = lb_image_import(s, file, ref, name, &info, &err);
-		if (r < 0) {
-			fail("import", &err);
-			status = 1;
-			goto done;
-		}
-		const char *w = lb_image_info_warning(info);
-		if (w)
-			lb_warn(NULL, "%s", w);
-		printf("%s %s\n", info->config_digest, info->rootfs);
-		lb_image_info_free(info);
-	} else if (!strcmp(cmd, "pull") && optind < argc) {
-		const char *ref = argv[optind];
-		const char *insecure[17] = { 0 };
-		size_t n_insecure = 0;
-		bool tty = isatty(STDERR_FILENO);
-		struct lb_pull_opts po = { .progress = progress, .progress_ud = &tty };
-		for (int i = optind + 1; i < argc; i++) {
-			uint64_t v = 0;
-			if (!strcmp(argv[i], "--insecure-registry") && i + 1 < argc && n_insecure < 16)
-				insecure[n_insecure++] = argv[++i];
-			else if (!strcmp(argv[i], "--ca-file") && i + 1 < argc)
-				po.ca_file = argv[++i];
-			else if (!strcmp(argv[i], "--credentials") && i + 1 < argc)
-				po.credentials_file = argv[++i];
-			else if (!strcmp(argv[i], "--parallel") && i + 1 < argc && parse_u64(argv[++i], &v) == 0 &&
-				 v > 0 && v <= 16)
-				po.max_parallel = (unsigned)v;
-			else {
-				usage(stderr);
-				status = 2;
-				goto done;
-			}
-		}
-		po.insecure_registries = insecure;
-		struct lb_image_info *info = NULL;
-		r = lb_image_pull(s, ref, &po, &info, &err);
-		if (r < 0) {
-			fail("pull", &err);
-			status = 1;
-			goto done;
-		}
-		const char *w = lb_image_info_warning(info);
-		if (w)
-			lb_warn(NULL, "%s", w);
-		printf("%s %s\n", info->config_digest, info->rootfs);
-		lb_image_info_free(info);
-	} else if (!strcmp(cmd, "ls")) {
-		bool json = optind < argc && !strcmp(argv[optind], "--json");
-		struct lb_image_info **list = NULL;
-		size_t n = 0;
-		r = lb_image_list(s, &list, &n, &err);
-		if (r < 0) {
-			fail("ls", &err);
-			status = 1;
-			goto done;
-		}
-		if (json) {
-			print_json(list, n, true);
-		} else {
-			printf("%-50s %-19s %10s %s\n", "NAME", "DIGEST", "SIZE", "PINNED");
-			for (size_t i = 0; i < n; i++) {
-				const char *short_digest = list[i]->config_digest;
-				for (size_t k = 0; k < (list[i]->n_names ? list[i]->n_names : 1); k++)
-					printf("%-50s %-19.19s %8.1fMB %s\n",
-					       list[i]->n_names ? list[i]->names[k] : "<none>", short_digest,
-					       (double)list[i]->size_bytes / 1e6, list[i]->pinned ? "yes" : "");
-			}
-		}
-		lb_image_list_free(list, n);
-	} else if (!strcmp(cmd, "inspect") && optind + 1 == argc) {
-		struct lb_image_info *info = NULL;
-		r = lb_image_inspect(s, argv[optind], &info, &err);
-		if (r < 0) {
-			fail("inspect", &err);
-			status = 1;
-			goto done;
-		}
-		print_json(&info, 1, false);
-		lb_image_info_free(info);
-	} else if (!strcmp(cmd, "tag") && optind + 2 == argc) {
-		r = lb_image_tag(s, argv[optind], argv[optind + 1], &err);
-		if (r < 0) {
-			fail("tag", &err);
-			status = 1;
-		}
-	} else if ((!strcmp(cmd, "pin") || !strcmp(cmd, "unpin")) && optind + 1 == argc) {
-		r = lb_image_pin(s, argv[optind], !strcmp(cmd, "pin"), &err);
-		if (r < 0) {
-			fail(cmd, &err);
-			status = 1;
-		}
-	} else if (!strcmp(cmd, "gc") && optind + 2 == argc && !strcmp(argv[optind], "--older-than")) {
-		uint64_t secs = 0;
-		size_t removed = 0;
-		if (parse_u64(argv[optind + 1], &secs) < 0) {
-			usage(stderr);
-			status = 2;
-			goto done;
-		}
-		/* Without the daemon this tool cannot know which sandboxes run: lensboxd's timer passes in_use. */
-		r = lb_image_gc(s, secs, NULL, NULL, &removed, &err);
-		if (r < 0) {
-			fail("gc", &err);
-			status = 1;
-			goto done;
-		}
-		printf("removed %zu image(s)\n", removed);
-	} else if (!strcmp(cmd, "rm") && optind + 1 == argc) {
-		/* Without the daemon this tool cannot know which sandboxes run: lensboxd's API checks in-use. */
-		r = lb_image_remove(s, argv[optind], NULL, NULL, &err);
-		if (r < 0) {
-			fail("rm", &err);
-			status = 1;
-		}
-	} else {
+	status = -1;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(cmd, commands[i].name))
+			status = commands[i].run(s, cmd, argc - optind, argv + optind);
+	if (status < 0) {
 		usage(stderr);
 		status = 2;
 	}
-done:
 	lb_images_free(s);
 	return status;
 }

@@ -186,7 +186,7 @@ void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_w
  * never use (EPERM); clone3 answers ENOSYS. */
 int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb_error *err);
 
-/* ---- net.c ---- */
+/* ---- slots.c ---- */
 
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);

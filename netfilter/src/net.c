@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -766,74 +765,6 @@ int lb_net_blocked(struct lb_net *ctx, const char *name, uint64_t *ret, struct l
 		return r;
 	*ret = pk + svc;
 	return 0;
-}
-
-int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier)
-{
-	uint32_t a = ntohl(addr_be);
-	if (a < ctx->pool_base)
-		return -ENOENT;
-	uint32_t off = a - ctx->pool_base;
-	if (off % 4 != 2 || off / 4 >= ctx->n_slots)
-		return -ENOENT;
-	unsigned slot = off / 4;
-	/* from the shared table: in an isolated services process, ctx->slots is a stale copy */
-	enum lb_tier t = (enum lb_tier)atomic_load(&ctx->shared[slot].tier);
-	if (t != LB_TIER_PACKAGES && t != LB_TIER_WEB)
-		return -ENOENT;
-	*ret_slot = slot;
-	*ret_tier = t;
-	return 0;
-}
-
-void lb_net_count_refusal(struct lb_net *ctx, unsigned slot)
-{
-	if (slot < ctx->n_slots)
-		atomic_fetch_add(&ctx->shared[slot].refusals, 1);
-}
-
-bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what)
-{
-	bool ok = false;
-	pthread_mutex_lock(&ctx->lock);
-	if (slot < ctx->n_slots) {
-		unsigned *n = what == LB_SHARE_DNS ? &ctx->slots[slot].dns_inflight : &ctx->slots[slot].relay_conns;
-		unsigned max = what == LB_SHARE_DNS ? LB_SLOT_DNS_MAX : LB_SLOT_RELAY_MAX;
-		if (*n < max) {
-			(*n)++;
-			ok = true;
-		}
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	return ok;
-}
-
-void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what)
-{
-	pthread_mutex_lock(&ctx->lock);
-	if (slot < ctx->n_slots) {
-		unsigned *n = what == LB_SHARE_DNS ? &ctx->slots[slot].dns_inflight : &ctx->slots[slot].relay_conns;
-		if (*n > 0) /* the slot may have been torn down and zeroed meanwhile */
-			(*n)--;
-	}
-	pthread_mutex_unlock(&ctx->lock);
-}
-
-bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
-{
-	if (lb_cidr_list_contains(&ctx->denied, AF_INET, &addr_be))
-		return true;
-	/* the host's own addresses (what `fib daddr type local` means for the nft rules) */
-	struct ifaddrs *ifa = NULL;
-	if (getifaddrs(&ifa) < 0)
-		return true; /* cannot tell: refuse */
-	bool local = false;
-	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == addr_be)
-			local = true;
-	freeifaddrs(ifa);
-	return local;
 }
 
 void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h)

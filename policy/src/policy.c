@@ -49,6 +49,7 @@ static int read_policy_file(int dirfd, const char *path, char **ret_buf, size_t 
 	}
 	char extra;
 	if (len != cap || read(fd, &extra, 1) != 0)
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): buf is _cleanup_free_
 		return lb_error_setx(err, EAGAIN, "%s: changed size while being read", path);
 	buf[len] = '\0';
 	*ret_buf = TAKE_PTR(buf);
@@ -68,6 +69,7 @@ int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_poli
 		return lb_error_set(err, errno, "opening policy directory %s", dir);
 	__attribute__((cleanup(policy_freep))) struct lb_policy *p = calloc(1, sizeof(*p));
 	if (!p || !(p->dir = strdup(dir)))
+		// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): p is freed by policy_freep
 		return lb_error_set(err, ENOMEM, "loading policy %s", dir);
 
 	static const char *const files[] = { "seccomp.json", "landlock.rules", "limits.conf" };
@@ -79,6 +81,7 @@ int lb_policy_load_cached(const char *dir, const char *cache_dir, struct lb_poli
 			return lb_error_wrap(err, "policy %s", dir);
 		switch (i) {
 		case 0:
+			// NOLINTNEXTLINE(clang-analyzer-unix.Malloc): text is _cleanup_free_, freed each iteration
 			r = lb_seccomp_compile_json_cached(text, len, files[i], cache_dir, &p->seccomp,
 							   &p->seccomp_rules, &p->seccomp_cached, err);
 			break;

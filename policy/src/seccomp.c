@@ -116,7 +116,7 @@ static int get_u64(struct compiler *c, yajl_val v, const char *what, uint64_t *r
 
 static int get_errno_value(struct compiler *c, yajl_val v, const char *what, uint16_t *ret)
 {
-	uint64_t n;
+	uint64_t n = 0;
 	int r = get_u64(c, v, what, &n);
 	if (r < 0)
 		return r;
@@ -248,7 +248,7 @@ static int compile_archmap(struct compiler *c, yajl_val map)
 		int r = check_keys(c, e, what, keys, LB_ARRAY_SIZE(keys));
 		if (r < 0)
 			return r;
-		uint32_t arch;
+		uint32_t arch = 0;
 		yajl_val a = member(e, "architecture");
 		if (!a)
 			return lb_error_setx(c->err, EINVAL, "%s: %s: missing \"architecture\"", c->name, what);
@@ -261,7 +261,7 @@ static int compile_archmap(struct compiler *c, yajl_val map)
 					     what);
 		size_t n_subs = subs && YAJL_IS_ARRAY(subs) ? subs->u.array.len : 0;
 		for (size_t j = 0; j < n_subs; j++) {
-			uint32_t sub;
+			uint32_t sub = 0;
 			r = parse_arch(c, subs->u.array.values[j], what, &sub);
 			if (r < 0)
 				return r;
@@ -318,7 +318,7 @@ static int parse_args(struct compiler *c, yajl_val args, const char *rule, struc
 		if (!vi || !vv || !vo)
 			return lb_error_setx(c->err, EINVAL, "%s: %s: needs \"index\", \"value\" and \"op\"", c->name,
 					     what);
-		uint64_t index, value, value2 = 0;
+		uint64_t index = 0, value = 0, value2 = 0;
 		if ((r = get_u64(c, vi, what, &index)) < 0 || (r = get_u64(c, vv, what, &value)) < 0 ||
 		    (v2 && (r = get_u64(c, v2, what, &value2)) < 0))
 			return r;
@@ -464,13 +464,13 @@ int lb_seccomp_compile_json(const char *text, size_t len, const char *name, stru
 {
 	static const char *const keys[] = { "defaultAction", "defaultErrnoRet", "badArchAction", "archMap",
 					    "syscalls" };
+	if (len > LB_POLICY_FILE_MAX)
+		return lb_error_setx(err, EFBIG, "%s: larger than %d bytes", name, LB_POLICY_FILE_MAX);
 	_cleanup_free_ struct compiler *c = calloc(1, sizeof(*c));
 	if (!c)
 		return lb_error_set(err, ENOMEM, "%s", name);
 	c->name = name;
 	c->err = err;
-	if (len > LB_POLICY_FILE_MAX)
-		return lb_error_setx(err, EFBIG, "%s: larger than %d bytes", name, LB_POLICY_FILE_MAX);
 	int r = check_shape(c, text, len);
 	if (r < 0)
 		return r;
@@ -478,7 +478,7 @@ int lb_seccomp_compile_json(const char *text, size_t len, const char *name, stru
 	char yerr[256] = "";
 	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(text, yerr, sizeof(yerr));
 	if (!root) {
-		yerr[strcspn(yerr, "\n")] = '\0';
+		yerr[strcspn(yerr, "\n")] = '\0'; // NOLINT(clang-analyzer-unix.Malloc): c is _cleanup_free_
 		return lb_error_setx(err, EINVAL, "%s: invalid JSON: %s", name, yerr[0] ? yerr : "parse error");
 	}
 	if ((r = check_keys(c, root, "top level", keys, LB_ARRAY_SIZE(keys))) < 0)
@@ -488,7 +488,7 @@ int lb_seccomp_compile_json(const char *text, size_t len, const char *name, stru
 		 bad = member(root, "badArchAction"), map = member(root, "archMap"), sys = member(root, "syscalls");
 	if (!dact || !map || !sys)
 		return lb_error_setx(err, EINVAL, "%s: needs \"defaultAction\", \"archMap\" and \"syscalls\"", name);
-	enum action_kind dkind;
+	enum action_kind dkind = ACT_KILL_PROCESS;
 	if ((r = parse_action_kind(c, dact, "defaultAction", &dkind)) < 0)
 		return r;
 	if (dkind == ACT_ALLOW || dkind == ACT_LOG)

@@ -971,6 +971,11 @@ static int op_forkbomb(char **a)
 {
 	long max = a[0] ? num(a[0]) : 100000;
 	pid_t *kids = calloc((size_t)max, sizeof(pid_t));
+	if (!kids) {
+		begin(false);
+		emit(",\"forked\":0,\"errno\":\"ENOMEM\"");
+		return finish();
+	}
 	long n = 0;
 	int stop = 0;
 	while (n < max) {
@@ -989,6 +994,7 @@ static int op_forkbomb(char **a)
 		kill(kids[i], SIGKILL);
 	for (long i = 0; i < n; i++)
 		waitpid(kids[i], NULL, 0);
+	free(kids);
 	begin(stop == 0);
 	emit(",\"forked\":%ld", n);
 	if (stop) {

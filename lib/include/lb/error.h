@@ -28,6 +28,22 @@ int lb_error_setx(struct lb_error *err, int errnum, const char *fmt, ...) __attr
 /* Prefixes the recorded message with "context: " and returns -err->code (or -EIO when nothing was recorded). */
 int lb_error_wrap(struct lb_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+#if defined(__clang_analyzer__) && !defined(LB_ERROR_IMPLEMENTATION)
+/* For clang's analyzer (scripts/lint) only: it reads one file at a time and cannot see that the three functions above
+ * always return a negative errno, so it follows "failed but returned >= 0" paths that cannot happen and reports the
+ * out-parameters they leave unset. The builds never see these macros. */
+#define LB_ERROR_NEGATIVE_(call)                 \
+	({                                       \
+		int lb_error_r_ = (call);        \
+		if (lb_error_r_ >= 0)            \
+			__builtin_unreachable(); \
+		lb_error_r_;                     \
+	})
+#define lb_error_set(...)  LB_ERROR_NEGATIVE_((lb_error_set)(__VA_ARGS__))
+#define lb_error_setx(...) LB_ERROR_NEGATIVE_((lb_error_setx)(__VA_ARGS__))
+#define lb_error_wrap(...) LB_ERROR_NEGATIVE_((lb_error_wrap)(__VA_ARGS__))
+#endif
+
 static inline void lb_error_clear(struct lb_error *err)
 {
 	if (err) {

@@ -12,7 +12,7 @@
 #include "lb/policy.h"
 
 /* No policy file may be larger than this (the real ones are a few KiB). */
-#define LB_POLICY_FILE_MAX (1024 * 1024)
+#define LB_POLICY_FILE_MAX (1 << 20)
 
 /* Parses a Docker-format seccomp profile, validates every key, action, operator and syscall name, compiles it with
  * libseccomp for the native architecture and exports the BPF program. On success *ret_prog owns a malloc'd filter

@@ -54,10 +54,10 @@ static void relative(void **state)
 	assert_string_equal(lbc_format_relative(now, now, b, sizeof(b)), "just now");
 	assert_string_equal(lbc_format_relative(now - 999, now, b, sizeof(b)), "just now");
 	assert_string_equal(lbc_format_relative(now - 12000, now, b, sizeof(b)), "12 s ago");
-	assert_string_equal(lbc_format_relative(now - 5 * 60000 - 30000, now, b, sizeof(b)), "5 min ago");
-	assert_string_equal(lbc_format_relative(now - 3 * 3600000, now, b, sizeof(b)), "3 h ago");
+	assert_string_equal(lbc_format_relative(now - 5LL * 60000 - 30000, now, b, sizeof(b)), "5 min ago");
+	assert_string_equal(lbc_format_relative(now - 3LL * 3600000, now, b, sizeof(b)), "3 h ago");
 	assert_string_equal(lbc_format_relative(now - 2 * 86400000LL, now, b, sizeof(b)), "2 d ago");
-	assert_string_equal(lbc_format_relative(now + 12 * 60000, now, b, sizeof(b)), "in 12 min");
+	assert_string_equal(lbc_format_relative(now + 12LL * 60000, now, b, sizeof(b)), "in 12 min");
 	assert_string_equal(lbc_format_relative(now + 86400000LL, now, b, sizeof(b)), "in 1 d");
 	assert_string_equal(lbc_format_relative(0, now, b, sizeof(b)), "-");
 }

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "../../../images/fuzz/fuzz_layer.c"
+#include "../../../images/fuzz/fuzz_layer.c" // NOLINT(bugprone-suspicious-include): replays its corpus
 
 static void replay(void **state)
 {

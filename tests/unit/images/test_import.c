@@ -20,7 +20,7 @@
 
 #include "lb/images.h"
 
-struct ent {
+struct ent { // NOLINT(clang-analyzer-optin.performance.Padding): a table of test entries, in reading order
 	const char *name;
 	char type;	  /* f file, d dir, l symlink, h hard link, c char device */
 	const char *data; /* file content, or link target */
@@ -34,7 +34,7 @@ static void hex_sha256(const void *p, size_t n, char out[65])
 	unsigned char md[32];
 	unsigned int len = 0;
 	EVP_Digest(p, n, md, &len, EVP_sha256(), NULL);
-	for (int i = 0; i < 32; i++)
+	for (size_t i = 0; i < 32; i++)
 		sprintf(out + 2 * i, "%02x", md[i]);
 }
 
@@ -104,7 +104,7 @@ static void put_blob(const char *layout, const void *p, size_t n, char hex[65])
 /* A one-layer OCI layout at <tmpdir>/<name>; diff_id_override replaces the real diff_id when set; truncate_layer
  * keeps only the first half of the compressed blob (with its digest computed on that half). */
 static void make_layout(const char *name, const struct ent *ents, size_t n, const char *diff_id_override,
-			bool truncate_layer, char *ret_path)
+			bool truncate_layer, char ret_path[static 400])
 {
 	char layout[400], path[512];
 	snprintf(layout, sizeof(layout), "%s/%s", tmpdir, name);
@@ -149,7 +149,7 @@ static void make_layout(const char *name, const struct ent *ents, size_t n, cons
 	fclose(f);
 	free(raw);
 	free(gz);
-	strcpy(ret_path, layout);
+	memcpy(ret_path, layout, sizeof(layout));
 }
 
 static int count_entries(const char *dir)

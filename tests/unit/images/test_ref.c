@@ -49,12 +49,11 @@ static void refusals(void **state)
 	(void)state;
 	static const char *const bad[] = {
 		"",
-		"Python",	     /* uppercase repository */
-		"python:",	     /* empty tag */
-		"python:-x",	     /* tag must start with [A-Za-z0-9_] */
-		"python@sha256:abc", /* short digest */
-		"python@md5:"
-		"0123456789abcdef0123456789abcdef",
+		"Python",				       /* uppercase repository */
+		"python:",				       /* empty tag */
+		"python:-x",				       /* tag must start with [A-Za-z0-9_] */
+		"python@sha256:abc",			       /* short digest */
+		"python@md5:0123456789abcdef0123456789abcdef", /* not a sha256 digest */
 		"/python",
 		"python/",
 		"a//b",

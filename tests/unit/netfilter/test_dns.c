@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -186,13 +187,10 @@ static void response_building(void **state)
 	/* a long name with 16 addresses does not fit a 512-byte answer: -ENOBUFS, so the resolver sends fewer */
 	char longname[LB_DNS_NAME_MAX + 1];
 	memset(longname, 'a', 249);
-	memcpy(longname + 49, ".", 1);
-	memcpy(longname + 99, ".", 1);
-	memcpy(longname + 149, ".", 1);
-	memcpy(longname + 199, ".", 1);
+	longname[49] = longname[99] = longname[149] = longname[199] = '.';
 	memcpy(longname + 249, ".org", 5);
 	struct lb_dns_query lq = q;
-	strcpy(lq.name, longname);
+	snprintf(lq.name, sizeof(lq.name), "%s", longname);
 	uint8_t many[16][16] = { { 0 } };
 	assert_int_equal(lb_dns_build_response(&lq, 0, (const uint8_t(*)[16])many, 16, 60, out, sizeof(out)), -ENOBUFS);
 	assert_true(lb_dns_build_response(&lq, 0, (const uint8_t(*)[16])many, 14, 60, out, sizeof(out)) > 0);

@@ -75,8 +75,8 @@ static struct lb_store_spec spec_of(const char *image, const char *network)
 	s.cpu_millicores = 1000;
 	s.memory_bytes = 512ull << 20;
 	s.disk_bytes = 1ull << 30;
-	s.idle_seconds = 15 * 60;
-	s.keep_seconds = 24 * 3600;
+	s.idle_seconds = 15ull * 60;
+	s.keep_seconds = 24ull * 3600;
 	return s;
 }
 
