@@ -153,7 +153,9 @@ static int write_cpu_files(const char *skel, const cpu_set_t *cpus, struct lb_er
 	int r = lb_cpus_format(cpus, list, sizeof(list) - 1);
 	if (r < 0)
 		return lb_error_set(err, r, "listing the sandbox's CPUs");
-	strcat(list, "\n");
+	size_t len = strlen(list); /* < sizeof(list) - 1: room for the newline and the NUL */
+	list[len] = '\n';
+	list[len + 1] = '\0';
 	static const char *const dirs[] = { "sys", "sys/devices", "sys/devices/system", "sys/devices/system/cpu" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(dirs); i++)
 		if ((r = make_dir(skel, dirs[i], err)) < 0)
