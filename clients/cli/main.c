@@ -31,6 +31,7 @@
 #include "format.h"
 #include "image.h"
 #include "policy_cmd.h"
+#include "lb/name.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
 
@@ -121,20 +122,6 @@ static int fail_response(const struct lbc_response *res)
 	_cleanup_free_ char *safe = lbc_term_safe(res->error, strlen(res->error), false);
 	fprintf(stderr, "lensbox: %s (%s)\n", safe ? safe : res->error, res->code[0] ? res->code : "error");
 	return 1;
-}
-
-static bool name_valid(const char *name)
-{
-	size_t n = strlen(name);
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-		if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
-			return false;
-	}
-	return true;
 }
 
 /* GET path into res; prints the JSON and returns 1 (handled) under --json, 0 to continue, -1 on failure. */
@@ -249,7 +236,7 @@ static int cmd_run(const struct opts *o, int argc, char **argv)
 	if (argc < 1)
 		return usage_error("run needs a sandbox NAME");
 	const char *name = argv[0];
-	if (!name_valid(name))
+	if (!lb_sandbox_name_valid(name))
 		return usage_error(
 		    "`%s` is not a sandbox name (a-z 0-9 . _ -, at most 63, starting with a letter or digit)", name);
 	int given = (o->python != NULL) + (o->bash != NULL) + (argc > 1);
@@ -478,7 +465,7 @@ static int cmd_inspect(const struct opts *o, int argc, char **argv)
 {
 	if (argc != 1)
 		return usage_error("inspect takes one sandbox NAME");
-	if (!name_valid(argv[0]))
+	if (!lb_sandbox_name_valid(argv[0]))
 		return usage_error("`%s` is not a sandbox name", argv[0]);
 	char path[128];
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s", argv[0]);
@@ -536,7 +523,7 @@ static int cmd_inspect(const struct opts *o, int argc, char **argv)
 static int simple_post(const struct opts *o, const char *method, const char *name, const char *suffix,
 		       const char *done_key, const char *yes, const char *no)
 {
-	if (!name_valid(name))
+	if (!lb_sandbox_name_valid(name))
 		return usage_error("`%s` is not a sandbox name", name);
 	char path[128];
 	snprintf(path, sizeof(path), "/v1/sandboxes/%s%s", name, suffix);
@@ -581,7 +568,7 @@ static int cmd_files(const struct opts *o, int argc, char **argv)
 {
 	if (argc < 1 || argc > 2)
 		return usage_error("files takes a sandbox NAME and optionally a DIR");
-	if (!name_valid(argv[0]))
+	if (!lb_sandbox_name_valid(argv[0]))
 		return usage_error("`%s` is not a sandbox name", argv[0]);
 	_cleanup_free_ char *dir = argc == 2 ? lbc_escape(argv[1]) : NULL;
 	_cleanup_free_ char *path = NULL;
@@ -628,7 +615,7 @@ static bool split_remote(const char *arg, char **ret_name, const char **ret_path
 	if (!colon || colon == arg)
 		return false;
 	char *name = strndup(arg, (size_t)(colon - arg));
-	if (!name || !name_valid(name)) {
+	if (!name || !lb_sandbox_name_valid(name)) {
 		free(name);
 		return false;
 	}
@@ -803,7 +790,7 @@ static int cmd_runs(const struct opts *o, int argc, char **argv)
 {
 	if (argc > 1)
 		return usage_error("runs takes at most one sandbox NAME");
-	if (argc == 1 && !name_valid(argv[0]))
+	if (argc == 1 && !lb_sandbox_name_valid(argv[0]))
 		return usage_error("`%s` is not a sandbox name", argv[0]);
 	char path[160];
 	snprintf(path, sizeof(path), "/v1/runs?limit=%ld%s%s", o->limit ? o->limit : 20, argc ? "&sandbox=" : "",

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "lb/name.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
 #include "lb/nftpolicy.h"
@@ -38,21 +39,6 @@
 extern char **environ;
 
 #define MAX_SLOTS 16384
-
-static bool name_valid(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		bool ok =
-		    (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
-		if (!ok)
-			return false;
-	}
-	return true;
-}
 
 static int read_policy_file(const char *dir, const char *name, char **ret, struct lb_error *err)
 {
@@ -517,7 +503,7 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, co
 int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_tier t, struct lb_net_info *ret_info,
 		  struct lb_error *err)
 {
-	if (!name_valid(name))
+	if (!lb_sandbox_name_valid(name))
 		return lb_error_setx(err, EINVAL, "sandbox name %.64s is not valid", name);
 	if (!lb_tier_name(t))
 		return lb_error_setx(err, EINVAL, "unknown network tier %d (off, packages, web)", (int)t);

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lb/name.h"
 #include "lb/cleanup.h"
 #include "store-internal.h"
 
@@ -241,18 +242,7 @@ bool store_bounded(const char *s, size_t max)
 
 bool lb_store_name_valid(const char *name)
 {
-	if (!name)
-		return false;
-	size_t n = strnlen(name, LB_STORE_NAME_MAX + 1);
-	if (n == 0 || n > LB_STORE_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-		if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
-			return false;
-	}
-	return true;
+	return lb_sandbox_name_valid(name);
 }
 
 static int64_t wall_ms(void)

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lb/name.h"
 #include "lb/tier.h"
 
 static const struct {
@@ -72,17 +73,7 @@ const char *lbp_type_name(uint16_t type)
 
 bool lbp_name_valid(const char *s)
 {
-	size_t n = strlen(s);
-	if (n == 0 || n > LBP_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		bool ok =
-		    (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
-		if (!ok)
-			return false;
-	}
-	return true;
+	return lb_sandbox_name_valid(s);
 }
 
 /* Relative, no empty, "." or ".." component, no control character: the core still resolves it beneath /sandbox

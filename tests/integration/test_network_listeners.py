@@ -17,7 +17,6 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lensbox_testlib import networld as nw  # noqa: E402
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
 
 LISTEN_SECONDS = 8
 
@@ -68,26 +67,9 @@ print(json.dumps(res))
 """
 
 
-class WorldDaemon(Daemon):
-    def __init__(self, world, **kw):
-        self.world = world
-        super().__init__(**kw)
-
-    def argv(self):
-        return ["nsenter", f"--net=/run/netns/{self.world.host}"] + super().argv()
-
-
 @pytest.fixture(scope="module")
 def env():
-    w = nw.World()
-    d = None
-    try:
-        d = WorldDaemon(w, settings={"networking": "on", "dns_upstream": f"{nw.DNS_IP}:53"})
-        yield w, d
-    finally:
-        if d:
-            d.cleanup()
-        w.close()
+    yield from nw.world_daemon()
 
 
 def reach_from_sandbox(d, name, tier, addr):

@@ -323,3 +323,29 @@ class World:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
             shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def world_daemon(settings=None):
+    """A real lensboxd in a new sealed world's host namespace (nsenter --net, so it keeps the machine's /sys and
+    cgroups), networking on, the world's DNS server as its upstream; yields (world, daemon) and cleans both up.
+    For module fixtures: `env = pytest.fixture(scope="module")(lambda: networld.world_daemon())`."""
+    from .lensboxd import Daemon
+
+    class InWorld(Daemon):
+        def __init__(self, world, **kw):
+            self.world = world
+            super().__init__(**kw)
+
+        def argv(self):
+            return ["nsenter", f"--net=/run/netns/{self.world.host}"] + super().argv()
+
+    w = World()
+    d = None
+    try:
+        w.assert_sealed()
+        d = InWorld(w, settings=dict({"networking": "on", "dns_upstream": f"{DNS_IP}:53"}, **(settings or {})))
+        yield w, d
+    finally:
+        if d:
+            d.cleanup()
+        w.close()
