@@ -531,6 +531,298 @@ static void read_into(int *fd, struct lb_capture *c)
 	}
 }
 
+/* One run's resources, from its plan to its result: each step below fills part of it, and exec_run_release() frees
+ * whatever is still held when the run ends, however far it got. Lives in lb_sandbox_exec()'s frame, which C1 and C2
+ * read (the plan) while the caller is suspended. */
+struct exec_run {
+	struct exec_plan p;
+	int out[2], errp[2], rep[2];
+	struct lb_capture cap_out, cap_err;
+	int c2_pidfd, listener;
+	pid_t c2;
+	struct lb_run_refusals rf;
+	void *stacks; /* C1's and C2's, MAP_FAILED until mapped */
+	size_t stacks_len;
+	void *c1_stack_base;
+	struct lb_cg_stats before;
+	uint64_t t0;
+	bool timed_out, have_status;
+	siginfo_t status;
+};
+
+/* The plan (argv, PATH candidates, environment, v1's `run` tasks files), the children's stacks, the output buffers
+ * and the pipes: everything C1 and C2 use exists before the clone. */
+static int exec_prepare(struct lb_sandbox *sb, const struct lb_exec_spec *spec, size_t argc, struct exec_run *x,
+			struct lb_error *err)
+{
+	struct exec_plan *p = &x->p;
+	p->argv = calloc(argc + 1, sizeof(char *));
+	if (!p->argv)
+		return lb_error_set(err, ENOMEM, "exec: copying argv");
+	for (size_t i = 0; i < argc; i++)
+		if (!(p->argv[i] = strdup(spec->argv[i])))
+			return lb_error_set(err, ENOMEM, "exec: copying argv");
+	int r;
+	if ((r = build_env(sb, spec->env, &p->envp, err)) < 0)
+		return r;
+	if ((r = build_candidates(p->argv[0], p->envp, &p->candidates, err)) < 0)
+		return r;
+	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p->cg_fds, &p->n_cg, err)) < 0)
+		return r;
+	/* Two stacks, each above a guard page: an overflow faults instead of writing into the caller's memory. */
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	x->stacks = mmap(NULL, x->stacks_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (x->stacks == MAP_FAILED)
+		return lb_error_set(err, errno, "exec: mapping the child stacks");
+	char *c1_base = x->stacks, *c2_base = c1_base + CHILD_STACK + page;
+	if (mprotect(c1_base, page, PROT_NONE) < 0 || mprotect(c2_base, page, PROT_NONE) < 0)
+		return lb_error_set(err, errno, "exec: guarding the child stacks");
+	x->c1_stack_base = c1_base + page;
+	p->c2_stack = c2_base + page + CHILD_STACK;
+	if ((r = lb_capture_init(&x->cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
+	    (r = lb_capture_init(&x->cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0)
+		return lb_error_set(err, r, "exec: allocating output buffers");
+	if ((r = pipe_high(x->out)) < 0 || (r = pipe_high(x->errp)) < 0 || (r = report_pair(x->rep)) < 0)
+		return lb_error_set(err, r, "exec: creating pipes");
+	p->out_w = x->out[1];
+	p->err_w = x->errp[1];
+	p->report_w = x->rep[1];
+	return 0;
+}
+
+/* C1 on the caller's memory; we are suspended until it has exited (after C2's execve, or a failed step). Returns
+ * C1's pid, or -1 with errno. */
+static pid_t exec_clone_c1(struct lb_sandbox *sb, struct exec_run *x)
+{
+	struct exec_plan *p = &x->p;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	/* We sleep from the clone until C2's execve: C1 and C2 are best run on this CPU, whose caches hold the
+	 * memory they borrow, rather than wherever fork balancing would place them. */
+	int cpu = sched_getcpu();
+	if (cpu >= 0 && sched_getaffinity(0, sizeof(p->cpus), &p->cpus) == 0) {
+		cpu_set_t one;
+		CPU_ZERO(&one);
+		CPU_SET((size_t)cpu, &one);
+		p->pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
+	}
+	struct clone_args ca;
+	memset(&ca, 0, sizeof(ca));
+	ca.flags = CLONE_VM | CLONE_VFORK;
+	ca.exit_signal = SIGCHLD;
+	ca.stack = (uint64_t)(uintptr_t)x->c1_stack_base;
+	ca.stack_size = CHILD_STACK;
+	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_RUN);
+	if (leaf_fd >= 0) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
+	}
+	pid_t c1 = clone3_run(&ca, c1_main, p);
+	int e = errno;
+	if (p->pinned)
+		sched_setaffinity(0, sizeof(p->cpus), &p->cpus);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (leaf_fd >= 0)
+		close(leaf_fd);
+	errno = e;
+	return c1;
+}
+
+/* Starts the program: empties the `run` leaf of a previous run, takes the counters, clones C1 (which starts C2),
+ * then reads every report once both are past their setup. On success x->c2 is the running program, watched through
+ * x->c2_pidfd. */
+static int exec_start(struct lb_sandbox *sb, struct exec_run *x, struct lb_error *err)
+{
+	/* The leaf may still hold processes of a previous run that was not reaped (a crash mid-exec). */
+	int r;
+	if ((r = lb_cg_kill(sb->cg, LB_CG_RUN, err)) < 0 && r != -ENOENT)
+		return r;
+	lb_cg_begin_run(sb->cg, &x->before);
+	x->t0 = now_ms();
+
+	pid_t c1 = exec_clone_c1(sb, x);
+	if (c1 < 0)
+		return lb_error_set(err, errno, "exec: clone3");
+	while (waitpid(c1, NULL, 0) < 0 && errno == EINTR)
+		;
+	close(x->out[1]);
+	x->out[1] = -1;
+	close(x->errp[1]);
+	x->errp[1] = -1;
+	close(x->rep[1]);
+	x->rep[1] = -1;
+	for (size_t i = 0; i < x->p.n_cg; i++)
+		close(x->p.cg_fds[i]);
+	x->p.n_cg = 0;
+
+	/* C1 is gone and C2 has exec'd or exited (the pipe is CLOEXEC): every report is in the pipe. */
+	struct lb_child_report msg;
+	int failed_err = 0;
+	char failed_step[sizeof(msg.step)] = "";
+	int passed;
+	while (read_report(x->rep[0], &msg, &passed)) {
+		msg.step[sizeof(msg.step) - 1] = '\0';
+		if (msg.kind == 'L' && passed >= 0 && x->listener < 0) {
+			x->listener = passed;
+			passed = -1;
+		}
+		if (passed >= 0)
+			close(passed);
+		if (msg.kind == 'P' && msg.status > 0) {
+			x->c2 = msg.status;
+		} else if (msg.kind == 'E' && failed_err == 0) {
+			failed_err = msg.err ? msg.err : EIO;
+			memcpy(failed_step, msg.step, sizeof(failed_step));
+		}
+	}
+	if (failed_err)
+		return lb_error_set(err, failed_err, "running the program: %s", failed_step);
+	if (x->c2 <= 0)
+		return lb_error_setx(err, EIO, "running the program: the setup process ended without starting it");
+	lb_refusals_started(&x->rf, x->c2, x->listener);
+	x->listener = -1; /* rf owns it */
+	/* Our unreaped child: its pid cannot be reused before we wait for it. */
+	x->c2_pidfd = (int)syscall(SYS_pidfd_open, x->c2, 0u);
+	if (x->c2_pidfd < 0)
+		return lb_error_set(err, errno, "exec: pidfd_open");
+	fcntl(x->out[0], F_SETFL, O_NONBLOCK);
+	fcntl(x->errp[0], F_SETFL, O_NONBLOCK);
+	return 0;
+}
+
+/* The output and notification loop: captures stdout and stderr, answers the counting filter's notifications, and
+ * once the program has ended or the deadline passed kills everything left in the `run` leaf, then drains the
+ * pipes. Returns once nothing of the run is left alive (or that could not be made sure: an error, no result). */
+static int exec_wait(struct lb_sandbox *sb, const struct lb_exec_spec *spec, struct exec_run *x, struct lb_error *err)
+{
+	bool main_done = false, killed = false;
+	uint64_t deadline = spec->timeout_ms ? x->t0 + spec->timeout_ms : 0, drain_deadline = 0;
+	int kill_r = 0;
+	struct lb_error kill_err;
+	lb_error_clear(&kill_err);
+	for (;;) {
+		uint64_t now = now_ms();
+		if (!killed && (main_done || (deadline && now >= deadline))) {
+			if (!main_done)
+				x->timed_out = true;
+			/* The main program is gone (or out of time): everything left in the run leaf dies before the
+			 * result, whether or not it holds our pipes (a daemon that closed them is no less alive), so
+			 * none outlives the run and none can delay the result. */
+			kill_r = lb_cg_kill(sb->cg, LB_CG_RUN, &kill_err);
+			killed = true;
+			drain_deadline = now_ms() + DRAIN_AFTER_KILL_MS;
+			continue;
+		}
+		if (main_done && x->out[0] < 0 && x->errp[0] < 0)
+			break;
+		if (killed && now >= drain_deadline) {
+			if (main_done)
+				break;	      /* a writer outside the leaf cannot exist; never hang on it anyway */
+			kill(x->c2, SIGKILL); /* our unreaped child: the pid is still C2's */
+			drain_deadline = now + DRAIN_AFTER_KILL_MS;
+		}
+		struct pollfd pf[5];
+		nfds_t n = 0;
+		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : x->c2_pidfd, .events = POLLIN };
+		pf[n++] = (struct pollfd){ .fd = x->out[0], .events = POLLIN };
+		pf[n++] = (struct pollfd){ .fd = x->errp[0], .events = POLLIN };
+		n += lb_refusals_pollfds(&x->rf, &pf[n]);
+		int wait = -1;
+		uint64_t until = killed ? drain_deadline : deadline;
+		if (until)
+			wait = until > now ? (int)(until - now) : 0;
+		int pr = poll(pf, n, wait);
+		if (pr < 0 && errno != EINTR)
+			return lb_error_set(err, errno, "exec: poll");
+		if (pr <= 0)
+			continue;
+		if (pf[1].revents)
+			read_into(&x->out[0], &x->cap_out);
+		if (pf[2].revents)
+			read_into(&x->errp[0], &x->cap_err);
+		lb_refusals_serve(&x->rf, &pf[3], n - 3);
+		if (!main_done && pf[0].revents) {
+			int w;
+			while ((w = waitid((idtype_t)P_PIDFD, (id_t)x->c2_pidfd, &x->status, WEXITED)) < 0 &&
+			       errno == EINTR)
+				;
+			x->have_status = w == 0;
+			main_done = true;
+			x->c2 = -1;
+		}
+	}
+	if (kill_r < 0 && kill_r != -ENOENT)
+		/* Something of the run may still be alive: no result. The caller stops the sandbox (or retries the
+		 * kill with the next run, which refuses to start while the leaf is not empty). */
+		return lb_error_set(err, kill_r, "exec: killing what the program left: %s", kill_err.msg);
+	return 0;
+}
+
+/* The result: status, time, the cgroup's counters against the run's start, refusals, and the captured output,
+ * which *ret takes over. */
+static int exec_result(struct lb_sandbox *sb, struct exec_run *x, struct lb_exec_result *ret, struct lb_error *err)
+{
+	uint64_t t1 = now_ms();
+	struct lb_cg_stats after;
+	lb_cg_read_stats(sb->cg, &after);
+
+	memset(ret, 0, sizeof(*ret));
+	if (x->have_status && x->status.si_code == CLD_EXITED) {
+		ret->exit_code = x->status.si_status;
+	} else {
+		ret->exit_code = -1;
+		ret->signal = x->have_status ? x->status.si_status : SIGKILL;
+	}
+	ret->timed_out = x->timed_out;
+	ret->wall_ms = t1 - x->t0;
+	ret->cpu_ms =
+	    after.cpu_usage_ns > x->before.cpu_usage_ns ? (after.cpu_usage_ns - x->before.cpu_usage_ns) / 1000000 : 0;
+	ret->oom_killed = after.oom_kills > x->before.oom_kills;
+	ret->pids_limited = after.pids_max > x->before.pids_max;
+	ret->peak_memory_bytes = after.peak_bytes;
+	lb_refusals_end(&x->rf, ret->exit_code != 0 || ret->signal != 0, &ret->refused);
+	ret->stdout_total = x->cap_out.total;
+	ret->stderr_total = x->cap_err.total;
+	ret->stdout_buf = lb_capture_take(&x->cap_out, &ret->stdout_len);
+	ret->stderr_buf = lb_capture_take(&x->cap_err, &ret->stderr_len);
+	if (!ret->stdout_buf || !ret->stderr_buf) {
+		lb_exec_result_free(ret);
+		return lb_error_set(err, ENOMEM, "exec: output");
+	}
+	return 0;
+}
+
+/* The run's one unwind path: whatever is still held, whichever step ended it. */
+static void exec_run_release(struct lb_sandbox *sb, struct exec_run *x)
+{
+	if (x->c2 > 0) {
+		/* A half-finished run: kill the program and whatever joined the leaf. */
+		kill(x->c2, SIGKILL);
+		waitpid(x->c2, NULL, 0);
+		struct lb_error kerr;
+		lb_cg_kill(sb->cg, LB_CG_RUN, &kerr);
+	}
+	if (x->c2_pidfd >= 0)
+		close(x->c2_pidfd);
+	if (x->listener >= 0)
+		close(x->listener);
+	struct lb_refusals unused;
+	lb_refusals_end(&x->rf, false, &unused); /* idempotent: releases what a failed run still holds */
+	if (x->stacks != MAP_FAILED)
+		munmap(x->stacks, x->stacks_len);
+	for (size_t i = 0; i < x->p.n_cg; i++)
+		close(x->p.cg_fds[i]);
+	close_pair(x->out);
+	close_pair(x->errp);
+	close_pair(x->rep);
+	lb_capture_free(&x->cap_out);
+	lb_capture_free(&x->cap_err);
+	strv_free(x->p.argv);
+	strv_free(x->p.envp);
+	strv_free(x->p.candidates);
+}
+
 int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, struct lb_exec_result *ret,
 		    struct lb_error *err)
 {
@@ -546,282 +838,30 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	if (!sb->policy->seccomp.filter || sb->policy->seccomp.len == 0)
 		return lb_error_setx(err, EINVAL, "exec: the policy has no compiled seccomp filter");
 
-	struct exec_plan p;
-	memset(&p, 0, sizeof(p));
-	p.cwd = cwd;
-	p.landlock_fd = sb->landlock_fd;
-	p.sandbox_cpus = &sb->cpus;
-	p.seccomp = &sb->policy->seccomp;
-	p.init_pidfd = sb->init_pidfd;
-	p.uid = sb->uid;
-	p.gid = sb->gid;
-	int out[2] = { -1, -1 }, errp[2] = { -1, -1 }, rep[2] = { -1, -1 };
-	struct lb_capture cap_out, cap_err;
-	memset(&cap_out, 0, sizeof(cap_out));
-	memset(&cap_err, 0, sizeof(cap_err));
-	int c2_pidfd = -1, listener = -1;
-	pid_t c2 = -1;
-	struct lb_run_refusals rf;
-	lb_refusals_begin(&rf, sb, &p.seccomp_notify, &p.landlock_flags);
-	void *stacks = MAP_FAILED;
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), stacks_len = 2 * (CHILD_STACK + page);
-	int r;
+	struct exec_run x;
+	memset(&x, 0, sizeof(x));
+	x.p.cwd = cwd;
+	x.p.landlock_fd = sb->landlock_fd;
+	x.p.sandbox_cpus = &sb->cpus;
+	x.p.seccomp = &sb->policy->seccomp;
+	x.p.init_pidfd = sb->init_pidfd;
+	x.p.uid = sb->uid;
+	x.p.gid = sb->gid;
+	x.out[0] = x.out[1] = x.errp[0] = x.errp[1] = x.rep[0] = x.rep[1] = -1;
+	x.c2_pidfd = x.listener = -1;
+	x.c2 = -1;
+	lb_refusals_begin(&x.rf, sb, &x.p.seccomp_notify, &x.p.landlock_flags);
+	x.stacks = MAP_FAILED;
+	x.stacks_len = 2 * (CHILD_STACK + (size_t)sysconf(_SC_PAGESIZE));
 
-	p.argv = calloc(argc + 1, sizeof(char *));
-	if (!p.argv) {
-		r = lb_error_set(err, ENOMEM, "exec: copying argv");
-		goto out;
-	}
-	for (size_t i = 0; i < argc; i++)
-		if (!(p.argv[i] = strdup(spec->argv[i]))) {
-			r = lb_error_set(err, ENOMEM, "exec: copying argv");
-			goto out;
-		}
-	if ((r = build_env(sb, spec->env, &p.envp, err)) < 0)
-		goto out;
-	if ((r = build_candidates(p.argv[0], p.envp, &p.candidates, err)) < 0)
-		goto out;
-	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p.cg_fds, &p.n_cg, err)) < 0)
-		goto out;
-	/* Two stacks, each above a guard page: an overflow faults instead of writing into the caller's memory. */
-	stacks = mmap(NULL, stacks_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stacks == MAP_FAILED) {
-		r = lb_error_set(err, errno, "exec: mapping the child stacks");
-		goto out;
-	}
-	char *c1_base = stacks, *c2_base = c1_base + CHILD_STACK + page;
-	if (mprotect(c1_base, page, PROT_NONE) < 0 || mprotect(c2_base, page, PROT_NONE) < 0) {
-		r = lb_error_set(err, errno, "exec: guarding the child stacks");
-		goto out;
-	}
-	void *c1_stack_base = c1_base + page;
-	p.c2_stack = c2_base + page + CHILD_STACK;
-	if ((r = lb_capture_init(&cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
-	    (r = lb_capture_init(&cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0) {
-		r = lb_error_set(err, r, "exec: allocating output buffers");
-		goto out;
-	}
-	if ((r = pipe_high(out)) < 0 || (r = pipe_high(errp)) < 0 || (r = report_pair(rep)) < 0) {
-		r = lb_error_set(err, r, "exec: creating pipes");
-		goto out;
-	}
-	p.out_w = out[1];
-	p.err_w = errp[1];
-	p.report_w = rep[1];
-
-	/* The leaf may still hold processes of a previous run that was not reaped (a crash mid-exec). */
-	if ((r = lb_cg_kill(sb->cg, LB_CG_RUN, err)) < 0 && r != -ENOENT)
-		goto out;
-	struct lb_cg_stats before, after;
-	lb_cg_begin_run(sb->cg, &before);
-	uint64_t t0 = now_ms();
-
-	/* C1 on the caller's memory; we are suspended until it has exited (after C2's execve, or a failed step). */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	/* We sleep from the clone until C2's execve: C1 and C2 are best run on this CPU, whose caches hold the
-	 * memory they borrow, rather than wherever fork balancing would place them. */
-	int cpu = sched_getcpu();
-	if (cpu >= 0 && sched_getaffinity(0, sizeof(p.cpus), &p.cpus) == 0) {
-		cpu_set_t one;
-		CPU_ZERO(&one);
-		CPU_SET((size_t)cpu, &one);
-		p.pinned = sched_setaffinity(0, sizeof(one), &one) == 0;
-	}
-	struct clone_args ca;
-	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_VM | CLONE_VFORK;
-	ca.exit_signal = SIGCHLD;
-	ca.stack = (uint64_t)(uintptr_t)c1_stack_base;
-	ca.stack_size = CHILD_STACK;
-	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_RUN);
-	if (leaf_fd >= 0) {
-		ca.flags |= CLONE_INTO_CGROUP;
-		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
-	}
-	pid_t c1 = clone3_run(&ca, c1_main, &p);
-	int e = errno;
-	if (p.pinned)
-		sched_setaffinity(0, sizeof(p.cpus), &p.cpus);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (leaf_fd >= 0)
-		close(leaf_fd);
-	if (c1 < 0) {
-		r = lb_error_set(err, e, "exec: clone3");
-		goto out;
-	}
-	while (waitpid(c1, NULL, 0) < 0 && errno == EINTR)
-		;
-	close(out[1]);
-	out[1] = -1;
-	close(errp[1]);
-	errp[1] = -1;
-	close(rep[1]);
-	rep[1] = -1;
-	for (size_t i = 0; i < p.n_cg; i++)
-		close(p.cg_fds[i]);
-	p.n_cg = 0;
-
-	/* C1 is gone and C2 has exec'd or exited (the pipe is CLOEXEC): every report is in the pipe. */
-	struct lb_child_report msg;
-	int failed_err = 0;
-	char failed_step[sizeof(msg.step)] = "";
-	int passed;
-	while (read_report(rep[0], &msg, &passed)) {
-		msg.step[sizeof(msg.step) - 1] = '\0';
-		if (msg.kind == 'L' && passed >= 0 && listener < 0) {
-			listener = passed;
-			passed = -1;
-		}
-		if (passed >= 0)
-			close(passed);
-		if (msg.kind == 'P' && msg.status > 0) {
-			c2 = msg.status;
-		} else if (msg.kind == 'E' && failed_err == 0) {
-			failed_err = msg.err ? msg.err : EIO;
-			memcpy(failed_step, msg.step, sizeof(failed_step));
-		}
-	}
-	if (failed_err) {
-		r = lb_error_set(err, failed_err, "running the program: %s", failed_step);
-		goto out;
-	}
-	if (c2 <= 0) {
-		r = lb_error_setx(err, EIO, "running the program: the setup process ended without starting it");
-		goto out;
-	}
-	lb_refusals_started(&rf, c2, listener);
-	listener = -1; /* rf owns it */
-	/* Our unreaped child: its pid cannot be reused before we wait for it. */
-	c2_pidfd = (int)syscall(SYS_pidfd_open, c2, 0u);
-	if (c2_pidfd < 0) {
-		r = lb_error_set(err, errno, "exec: pidfd_open");
-		goto out;
-	}
-	fcntl(out[0], F_SETFL, O_NONBLOCK);
-	fcntl(errp[0], F_SETFL, O_NONBLOCK);
-
-	bool main_done = false, timed_out = false, killed = false, have_status = false;
-	uint64_t deadline = spec->timeout_ms ? t0 + spec->timeout_ms : 0, drain_deadline = 0;
-	siginfo_t status;
-	memset(&status, 0, sizeof(status));
-	int kill_r = 0;
-	struct lb_error kill_err;
-	lb_error_clear(&kill_err);
-	for (;;) {
-		uint64_t now = now_ms();
-		if (!killed && (main_done || (deadline && now >= deadline))) {
-			if (!main_done)
-				timed_out = true;
-			/* The main program is gone (or out of time): everything left in the run leaf dies before the
-			 * result, whether or not it holds our pipes (a daemon that closed them is no less alive), so
-			 * none outlives the run and none can delay the result. */
-			kill_r = lb_cg_kill(sb->cg, LB_CG_RUN, &kill_err);
-			killed = true;
-			drain_deadline = now_ms() + DRAIN_AFTER_KILL_MS;
-			continue;
-		}
-		if (main_done && out[0] < 0 && errp[0] < 0)
-			break;
-		if (killed && now >= drain_deadline) {
-			if (main_done)
-				break;	   /* a writer outside the leaf cannot exist; never hang on it anyway */
-			kill(c2, SIGKILL); /* our unreaped child: the pid is still C2's */
-			drain_deadline = now + DRAIN_AFTER_KILL_MS;
-		}
-		struct pollfd pf[5];
-		nfds_t n = 0;
-		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : c2_pidfd, .events = POLLIN };
-		pf[n++] = (struct pollfd){ .fd = out[0], .events = POLLIN };
-		pf[n++] = (struct pollfd){ .fd = errp[0], .events = POLLIN };
-		n += lb_refusals_pollfds(&rf, &pf[n]);
-		int wait = -1;
-		uint64_t until = killed ? drain_deadline : deadline;
-		if (until)
-			wait = until > now ? (int)(until - now) : 0;
-		int pr = poll(pf, n, wait);
-		if (pr < 0 && errno != EINTR) {
-			r = lb_error_set(err, errno, "exec: poll");
-			goto out;
-		}
-		if (pr <= 0)
-			continue;
-		if (pf[1].revents)
-			read_into(&out[0], &cap_out);
-		if (pf[2].revents)
-			read_into(&errp[0], &cap_err);
-		lb_refusals_serve(&rf, &pf[3], n - 3);
-		if (!main_done && pf[0].revents) {
-			int w;
-			while ((w = waitid((idtype_t)P_PIDFD, (id_t)c2_pidfd, &status, WEXITED)) < 0 && errno == EINTR)
-				;
-			have_status = w == 0;
-			main_done = true;
-			c2 = -1;
-		}
-	}
-	if (kill_r < 0 && kill_r != -ENOENT) {
-		/* Something of the run may still be alive: no result. The caller stops the sandbox (or retries the
-		 * kill with the next run, which refuses to start while the leaf is not empty). */
-		r = lb_error_set(err, kill_r, "exec: killing what the program left: %s", kill_err.msg);
-		goto out;
-	}
-	uint64_t t1 = now_ms();
-	lb_cg_read_stats(sb->cg, &after);
-
-	memset(ret, 0, sizeof(*ret));
-	if (have_status && status.si_code == CLD_EXITED) {
-		ret->exit_code = status.si_status;
-	} else {
-		ret->exit_code = -1;
-		ret->signal = have_status ? status.si_status : SIGKILL;
-	}
-	ret->timed_out = timed_out;
-	ret->wall_ms = t1 - t0;
-	ret->cpu_ms =
-	    after.cpu_usage_ns > before.cpu_usage_ns ? (after.cpu_usage_ns - before.cpu_usage_ns) / 1000000 : 0;
-	ret->oom_killed = after.oom_kills > before.oom_kills;
-	ret->pids_limited = after.pids_max > before.pids_max;
-	ret->peak_memory_bytes = after.peak_bytes;
-	lb_refusals_end(&rf, ret->exit_code != 0 || ret->signal != 0, &ret->refused);
-	ret->stdout_total = cap_out.total;
-	ret->stderr_total = cap_err.total;
-	ret->stdout_buf = lb_capture_take(&cap_out, &ret->stdout_len);
-	ret->stderr_buf = lb_capture_take(&cap_err, &ret->stderr_len);
-	if (!ret->stdout_buf || !ret->stderr_buf) {
-		lb_exec_result_free(ret);
-		r = lb_error_set(err, ENOMEM, "exec: output");
-		goto out;
-	}
-	r = 0;
-
-out:
-	if (c2 > 0) {
-		/* A half-finished run: kill the program and whatever joined the leaf. */
-		kill(c2, SIGKILL);
-		waitpid(c2, NULL, 0);
-		struct lb_error kerr;
-		lb_cg_kill(sb->cg, LB_CG_RUN, &kerr);
-	}
-	if (c2_pidfd >= 0)
-		close(c2_pidfd);
-	if (listener >= 0)
-		close(listener);
-	struct lb_refusals unused;
-	lb_refusals_end(&rf, false, &unused); /* idempotent: releases what a failed run still holds */
-	if (stacks != MAP_FAILED)
-		munmap(stacks, stacks_len);
-	for (size_t i = 0; i < p.n_cg; i++)
-		close(p.cg_fds[i]);
-	close_pair(out);
-	close_pair(errp);
-	close_pair(rep);
-	lb_capture_free(&cap_out);
-	lb_capture_free(&cap_err);
-	strv_free(p.argv);
-	strv_free(p.envp);
-	strv_free(p.candidates);
+	int r = exec_prepare(sb, spec, argc, &x, err);
+	if (r == 0)
+		r = exec_start(sb, &x, err);
+	if (r == 0)
+		r = exec_wait(sb, spec, &x, err);
+	if (r == 0)
+		r = exec_result(sb, &x, ret, err);
+	exec_run_release(sb, &x);
 	return r;
 }
 

@@ -396,7 +396,56 @@ static int copy_env(struct lb_sandbox *sb, const char *const *image_env, struct 
 	return 0;
 }
 
-int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
+/* The new sandbox's fields from the spec: names, paths, ids, CPUs, environment, the counting seccomp variant. Only
+ * memory is allocated (sandbox_free() releases it); the Landlock ABI and the image root are checked last. */
+static int sandbox_fill(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, uint32_t stride,
+			struct lb_error *err)
+{
+	snprintf(sb->name, sizeof(sb->name), "%s", spec->name);
+	snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", spec->run_dir);
+	if ((size_t)snprintf(sb->storage, sizeof(sb->storage), "%s", spec->storage) >= sizeof(sb->storage))
+		return lb_error_setx(err, ENAMETOOLONG, "storage path too long");
+	sb->policy = spec->policy;
+	sb->network = spec->network;
+	sb->host_uid = spec->host_uid;
+	sb->host_gid = spec->host_gid;
+	sb->host_id_stride = stride;
+	sb->uid = spec->policy->limits.sandbox_uid ? spec->policy->limits.sandbox_uid : LB_SANDBOX_ID_DEFAULT;
+	sb->gid = spec->policy->limits.sandbox_gid ? spec->policy->limits.sandbox_gid : LB_SANDBOX_ID_DEFAULT;
+	int r = lb_cpus_choose(spec->limits.cpu_millicores, spec->host_uid, &sb->cpus);
+	if (r < 0)
+		return lb_error_set(err, r, "choosing the sandbox's CPUs from this process's affinity");
+	if (sb->uid == LB_SANDBOX_NOBODY_ID || sb->gid == LB_SANDBOX_NOBODY_ID)
+		return lb_error_setx(err, EINVAL,
+				     "the policy's sandbox_uid and sandbox_gid must not be nobody (65534)");
+	if ((r = lb_state_paths(spec->run_dir, spec->name, sb->state_dir, sb->storage_mnt, sb->root_mnt)) < 0)
+		return lb_error_set(err, r, "run_dir too long");
+	if ((r = copy_env(sb, spec->image_env, err)) < 0)
+		return r;
+	/* The variant filter that lets runs count refused system calls; without it runs install the plain filter. */
+	const char *why_no_notify;
+	if ((r = lb_seccomp_notify_prepare(&spec->policy->seccomp, &sb->notify, &why_no_notify)) < 0 && r != -ENOTSUP)
+		return lb_error_set(err, r, "preparing the seccomp filter that counts refusals");
+	/* Landlock first: a kernel below the policy's minimum must fail before anything is created. */
+	int kabi = lb_landlock_abi();
+	const struct lb_landlock_policy *lp = &spec->policy->landlock;
+	if (kabi < lp->min_abi && (kabi < lp->degraded_min_abi || lp->degraded_min_abi >= lp->min_abi))
+		return lb_error_setx(err, ENOTSUP, "starting sandbox: Landlock ABI %d is below the policy's minimum %d",
+				     kabi, lp->min_abi);
+
+	/* The image root is checked before anything is made for it (rootfs.c checks it again where it is used). */
+	struct stat ist;
+	if (stat(spec->rootfs, &ist) < 0)
+		return lb_error_set(err, errno, "image rootfs %s", spec->rootfs);
+	if (!S_ISDIR(ist.st_mode))
+		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
+	return 0;
+}
+
+/* Step 0: the spec checked and copied into a new sandbox; nothing exists on the host yet, so a failure frees the
+ * struct and nothing else. Refuses a kernel below the policy's Landlock minimum and a missing image root here,
+ * before anything is created for them. */
+static int sandbox_new(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
 {
 	if (!spec || !lb_name_valid(spec->name))
 		return lb_error_setx(err, EINVAL, "sandbox name must match ^[a-z0-9][a-z0-9._-]{0,62}$");
@@ -424,76 +473,38 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	sb->landlock_fd = -1;
 	sb->storage_lock = -1;
 	sb->init_pid = -1;
-	snprintf(sb->name, sizeof(sb->name), "%s", spec->name);
-	snprintf(sb->run_dir, sizeof(sb->run_dir), "%s", spec->run_dir);
-	if ((size_t)snprintf(sb->storage, sizeof(sb->storage), "%s", spec->storage) >= sizeof(sb->storage)) {
-		sandbox_free(sb);
-		return lb_error_setx(err, ENAMETOOLONG, "storage path too long");
-	}
-	sb->policy = spec->policy;
-	sb->network = spec->network;
-	sb->host_uid = spec->host_uid;
-	sb->host_gid = spec->host_gid;
-	sb->host_id_stride = (uint32_t)stride;
-	sb->uid = spec->policy->limits.sandbox_uid ? spec->policy->limits.sandbox_uid : LB_SANDBOX_ID_DEFAULT;
-	sb->gid = spec->policy->limits.sandbox_gid ? spec->policy->limits.sandbox_gid : LB_SANDBOX_ID_DEFAULT;
-	int cr = lb_cpus_choose(spec->limits.cpu_millicores, spec->host_uid, &sb->cpus);
-	if (cr < 0) {
-		sandbox_free(sb);
-		return lb_error_set(err, cr, "choosing the sandbox's CPUs from this process's affinity");
-	}
-	if (sb->uid == LB_SANDBOX_NOBODY_ID || sb->gid == LB_SANDBOX_NOBODY_ID) {
-		sandbox_free(sb);
-		return lb_error_setx(err, EINVAL,
-				     "the policy's sandbox_uid and sandbox_gid must not be nobody (65534)");
-	}
-	int r = lb_state_paths(spec->run_dir, spec->name, sb->state_dir, sb->storage_mnt, sb->root_mnt);
+	int r = sandbox_fill(sb, spec, (uint32_t)stride, err);
 	if (r < 0) {
 		sandbox_free(sb);
-		return lb_error_set(err, r, "run_dir too long");
-	}
-	if ((r = copy_env(sb, spec->image_env, err)) < 0) {
-		sandbox_free(sb);
 		return r;
 	}
-	/* The variant filter that lets runs count refused system calls; without it runs install the plain filter. */
-	const char *why_no_notify;
-	if ((r = lb_seccomp_notify_prepare(&spec->policy->seccomp, &sb->notify, &why_no_notify)) < 0 && r != -ENOTSUP) {
-		sandbox_free(sb);
-		return lb_error_set(err, r, "preparing the seccomp filter that counts refusals");
-	}
-	/* Landlock first: a kernel below the policy's minimum must fail before anything is created. */
-	int kabi = lb_landlock_abi();
-	const struct lb_landlock_policy *lp = &spec->policy->landlock;
-	if (kabi < lp->min_abi && (kabi < lp->degraded_min_abi || lp->degraded_min_abi >= lp->min_abi)) {
-		sandbox_free(sb);
-		return lb_error_setx(err, ENOTSUP, "starting sandbox: Landlock ABI %d is below the policy's minimum %d",
-				     kabi, lp->min_abi);
-	}
+	*ret = sb;
+	return 0;
+}
 
-	/* The image root is checked before anything is made for it (rootfs.c checks it again where it is used). */
-	struct stat ist;
-	if (stat(spec->rootfs, &ist) < 0) {
-		r = lb_error_set(err, errno, "image rootfs %s", spec->rootfs);
-		sandbox_free(sb);
-		return r;
-	}
-	if (!S_ISDIR(ist.st_mode)) {
-		sandbox_free(sb);
-		return lb_error_setx(err, ENOTDIR, "image rootfs %s is not a directory", spec->rootfs);
-	}
+/* What a start holds while it runs, besides the sandbox: the means of building it (pipes, lensbox-init's memfd, the
+ * root's plan) and how far it got, for its one unwind path (start_release(), then teardown() on failure). */
+struct start {
+	struct lb_sandbox *sb;
+	const struct lb_sandbox_spec *spec;
+	struct lb_rootfs_plan *plan;
+	int release[2], report[2];
+	int init_fd;
+	pid_t pid;
+	bool have_disk, have_root;
+};
+
+/* Step 1: the cgroup (limits on <name>, leaves `init` and `run`), refused when one of this name holds processes. */
+static int start_cgroup(struct start *s, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
 	struct lb_cg_host host;
-	bool have_disk = false, have_root = false;
-	struct lb_rootfs_plan *plan = NULL;
-	int release[2] = { -1, -1 }, report[2] = { -1, -1 };
-	int init_fd = -1;
-	pid_t pid = -1;
-
+	int r;
 	if ((r = lb_cg_detect(&host, err)) < 0)
-		goto fail;
-	if ((r = lb_cg_create(&host, spec->name, &spec->limits, &sb->cg, err)) < 0) {
+		return r;
+	if ((r = lb_cg_create(&host, s->spec->name, &s->spec->limits, &sb->cg, err)) < 0) {
 		lb_error_wrap(err, "creating the sandbox cgroup");
-		goto fail;
+		return r;
 	}
 	/* Processes in a cgroup of this name: the sandbox is running, or a crash left it (lb_sandbox_cleanup()
 	 * removes that). Either way it is not ours to kill: refuse, and leave it untouched. A cgroup just made by us
@@ -501,50 +512,52 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	if (!sb->cg->fresh && (lb_cg_populated(sb->cg, LB_CG_INIT) || lb_cg_populated(sb->cg, LB_CG_RUN))) {
 		lb_cg_free(sb->cg);
 		sb->cg = NULL;
-		r = lb_error_setx(err, EEXIST,
-				  "a sandbox named %s is running (or was left by a crash: clean it up first)",
-				  spec->name);
-		goto fail;
+		return lb_error_setx(err, EEXIST,
+				     "a sandbox named %s is running (or was left by a crash: clean it up first)",
+				     s->spec->name);
 	}
+	return 0;
+}
 
-	/* One ext4 image must never be mounted (or resized) twice: the storage's lock first (another live sandbox
-	 * holds it), then no loop device may still hold the image (a just-stopped sandbox's detaches within
-	 * moments; a crashed one's stays until cleanup). */
-	if ((sb->storage_lock = lb_disk_lock(spec->storage, 2000, err)) < 0) {
-		r = sb->storage_lock;
-		goto fail;
-	}
-	if (lb_disk_wait_released(spec->storage, 2000) < 0) {
-		r = lb_error_setx(err, EBUSY,
-				  "the storage %s is still attached to a loop device (is its sandbox running?)",
-				  spec->storage);
-		goto fail;
-	}
+/* Step 2: one ext4 image must never be mounted (or resized) twice: the storage's lock first (another live sandbox
+ * holds it), then no loop device may still hold the image (a just-stopped sandbox's detaches within moments; a
+ * crashed one's stays until cleanup). */
+static int start_lock_storage(struct start *s, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
+	if ((sb->storage_lock = lb_disk_lock(s->spec->storage, 2000, err)) < 0)
+		return sb->storage_lock;
+	if (lb_disk_wait_released(s->spec->storage, 2000) < 0)
+		return lb_error_setx(err, EBUSY,
+				     "the storage %s is still attached to a loop device (is its sandbox running?)",
+				     s->spec->storage);
+	return 0;
+}
 
-	/* What the child needs exists before the clone; the root's plan is filled later, in memory it shares. */
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, release) < 0 || pipe2(report, O_CLOEXEC) < 0) {
-		r = lb_error_set(err, errno, "creating pipes");
-		goto fail;
-	}
-	init_fd = lb_init_memfd();
-	if (init_fd < 0) {
-		r = lb_error_set(err, init_fd, "preparing lensbox-init");
-		goto fail;
-	}
-	if (!(plan = lb_rootfs_plan_new())) {
-		r = lb_error_set(err, ENOMEM, "allocating the root plan");
-		goto fail;
-	}
-	struct init_args args = { .plan = plan,
-				  .release_fd = release[0],
-				  .report_fd = report[1],
-				  .init_fd = init_fd,
+/* Steps 3 and 4: what the child needs exists before the clone (the root's plan is filled later, in memory it
+ * shares); then clone3() into new user, pid, ipc and uts namespaces. The child runs init_main() and never returns
+ * here. */
+static int start_clone_init(struct start *s, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->release) < 0 || pipe2(s->report, O_CLOEXEC) < 0)
+		return lb_error_set(err, errno, "creating pipes");
+	s->init_fd = lb_init_memfd();
+	if (s->init_fd < 0)
+		return lb_error_set(err, s->init_fd, "preparing lensbox-init");
+	if (!(s->plan = lb_rootfs_plan_new()))
+		return lb_error_set(err, ENOMEM, "allocating the root plan");
+	struct init_args args = { .plan = s->plan,
+				  .release_fd = s->release[0],
+				  .report_fd = s->report[1],
+				  .init_fd = s->init_fd,
 				  .uid = sb->uid,
 				  .gid = sb->gid };
-	snprintf(args.report_fd_arg, sizeof(args.report_fd_arg), "%d", report[1]);
+	snprintf(args.report_fd_arg, sizeof(args.report_fd_arg), "%d", s->report[1]);
+	int r;
 	if (sb->cg->version == LB_CGROUP_V1 &&
 	    (r = lb_cg_open_join(sb->cg, LB_CG_INIT, args.cg_fds, &args.n_cg, err)) < 0)
-		goto fail;
+		return r;
 	int pidfd = -1;
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
@@ -559,7 +572,7 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
 	/* clone3 without a stack behaves like fork(): the child runs init_main() on a copy of this stack. */
-	pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+	pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
 	if (pid == 0)
 		init_main(&args);
 	int clone_errno = errno;
@@ -568,35 +581,36 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	for (size_t i = 0; i < args.n_cg; i++)
 		close(args.cg_fds[i]);
 	errno = clone_errno;
-	if (pid < 0) {
-		r = lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
-		goto fail;
-	}
+	if (pid < 0)
+		return lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
+	s->pid = pid;
 	sb->init_pid = pid;
 	sb->init_pidfd = pidfd;
-	close(release[0]);
-	release[0] = -1;
-	close(report[1]);
-	report[1] = -1;
+	close(s->release[0]);
+	s->release[0] = -1;
+	close(s->report[1]);
+	s->report[1] = -1;
+	return 0;
+}
 
-	if ((r = map_ids(sb, pid, err)) < 0)
-		goto fail;
-	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
-	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
-	(void)write_proc(pid, "oom_score_adj", "-1000", NULL);
-
-	/* The storage and the root's skeleton, while the child makes its network namespace. */
+/* Step 5, host half: the storage, mounted and given to the sandbox's host uid, while the child makes its network
+ * namespace. */
+static int start_storage(struct start *s, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
+	const struct lb_sandbox_spec *spec = s->spec;
 	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
+	int r;
 	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
 		lb_error_wrap(err, "preparing the storage");
-		goto fail;
+		return r;
 	}
 	bool fresh_fs = r == 1;
 	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
 		lb_error_wrap(err, "mounting the storage");
-		goto fail;
+		return r;
 	}
-	have_disk = true;
+	s->have_disk = true;
 	/* mke2fs's empty lost+found means nothing to the sandbox's programs (only e2fsck uses it, and makes it again
 	 * when missing). Safe as root: our own mount of a filesystem made an instant ago, that no sandbox has seen, so
 	 * nothing in it can be a planted link; rmdir removes only an empty directory. A failure is cosmetic. */
@@ -609,20 +623,20 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	struct stat rst;
 	if (stat(sb->storage_mnt, &rst) < 0 ||
 	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
-	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0))) {
-		r = lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
-		goto fail;
-	}
-	have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
-	if ((r = lb_rootfs_prepare(sb, spec, plan, err)) < 0) {
-		lb_error_wrap(err, "preparing the root filesystem");
-		goto fail;
-	}
+	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0)))
+		return lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
+	return 0;
+}
 
+/* The end of step 5 and step 6 as the parent sees it: releases the child and reads its reports until it is ready;
+ * once the child's mounts are private, the host's mount of the skeleton goes. */
+static int start_release_init(struct start *s, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
 	/* A child that failed before this point has exited (its report says why): no SIGPIPE, read the report. */
 	ssize_t sent;
 	do
-		sent = send(release[1], "g", 1, MSG_NOSIGNAL);
+		sent = send(s->release[1], "g", 1, MSG_NOSIGNAL);
 	while (sent < 0 && errno == EINTR);
 	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
@@ -630,51 +644,88 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	for (;;) {
 		ssize_t n;
 		do
-			n = read(report[0], &rep, sizeof(rep));
+			n = read(s->report[0], &rep, sizeof(rep));
 		while (n < 0 && errno == EINTR);
-		if (n != (ssize_t)sizeof(rep)) {
-			r = lb_error_setx(err, EIO, "the sandbox's init died during setup");
-			goto fail;
-		}
-		if (rep.kind != 'N' || !have_root)
+		if (n != (ssize_t)sizeof(rep))
+			return lb_error_setx(err, EIO, "the sandbox's init died during setup");
+		if (rep.kind != 'N' || !s->have_root)
 			break;
 		/* The child has its own private copy of the skeleton's mount: the host's goes now, while the child
 		 * builds the root, rather than at stop. The empty mount point stays until stop: removing it now would
 		 * detach the child's copy too (a mount point removed in one namespace is unmounted in all). */
-		have_root = false;
-		if ((r = lb_rootfs_unmount(sb->state_dir, err)) < 0)
-			goto fail;
+		s->have_root = false;
+		int r = lb_rootfs_unmount(sb->state_dir, err);
+		if (r < 0)
+			return r;
 	}
 	if (rep.kind != 'R') {
 		rep.step[sizeof(rep.step) - 1] = '\0';
-		r = lb_error_set(err, rep.err, "building the sandbox: %s", rep.step);
+		return lb_error_set(err, rep.err, "building the sandbox: %s", rep.step);
+	}
+	return 0;
+}
+
+/* What the start used to build the sandbox and the sandbox does not keep; a child not yet handed to the sandbox
+ * (no pidfd) is killed and reaped. */
+static void start_release(struct start *s)
+{
+	if (s->init_fd >= 0)
+		close(s->init_fd);
+	for (int i = 0; i < 2; i++) {
+		if (s->release[i] >= 0)
+			close(s->release[i]);
+		if (s->report[i] >= 0)
+			close(s->report[i]);
+	}
+	if (s->pid > 0 && s->sb->init_pidfd < 0) {
+		kill(s->pid, SIGKILL);
+		waitpid(s->pid, NULL, 0);
+	}
+	lb_rootfs_plan_free(s->plan);
+}
+
+int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
+{
+	struct lb_sandbox *sb = NULL;
+	int r = sandbox_new(spec, &sb, err);
+	if (r < 0)
+		return r;
+	struct start s = {
+		.sb = sb, .spec = spec, .release = { -1, -1 }, .report = { -1, -1 }, .init_fd = -1, .pid = -1
+	};
+
+	if ((r = start_cgroup(&s, err)) < 0)
+		goto fail;
+	if ((r = start_lock_storage(&s, err)) < 0)
+		goto fail;
+	if ((r = start_clone_init(&s, err)) < 0)
+		goto fail;
+	if ((r = map_ids(sb, s.pid, err)) < 0)
+		goto fail;
+	/* Init should outlive any OOM in its cgroup: the programs are the victims (they run at +1000, exec.c).
+	 * Lowering needs CAP_SYS_RESOURCE, which some hosts (this CI's containers) withhold from root: best effort. */
+	(void)write_proc(s.pid, "oom_score_adj", "-1000", NULL);
+
+	/* The storage and the root's skeleton, while the child makes its network namespace. */
+	if ((r = start_storage(&s, err)) < 0)
+		goto fail;
+	s.have_root = true; /* from here teardown removes the state directory even if prepare stops half-way */
+	if ((r = lb_rootfs_prepare(sb, spec, s.plan, err)) < 0) {
+		lb_error_wrap(err, "preparing the root filesystem");
 		goto fail;
 	}
-	if ((r = lb_landlock_build(spec->policy, pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
+	if ((r = start_release_init(&s, err)) < 0)
+		goto fail;
+	if ((r = lb_landlock_build(spec->policy, s.pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
 		goto fail;
 
-	close(release[1]);
-	close(report[0]);
-	close(init_fd);
-	lb_rootfs_plan_free(plan);
+	start_release(&s);
 	*ret = sb;
 	return 0;
 
 fail:
-	if (init_fd >= 0)
-		close(init_fd);
-	for (int i = 0; i < 2; i++) {
-		if (release[i] >= 0)
-			close(release[i]);
-		if (report[i] >= 0)
-			close(report[i]);
-	}
-	if (pid > 0 && sb->init_pidfd < 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-	}
-	lb_rootfs_plan_free(plan);
-	teardown(sb, have_disk, have_root, NULL);
+	start_release(&s);
+	teardown(sb, s.have_disk, s.have_root, NULL);
 	sandbox_free(sb);
 	return r;
 }

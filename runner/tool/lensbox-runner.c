@@ -216,126 +216,137 @@ static void gen_refused(yajl_gen g, const struct lb_refusals *r)
 	yajl_gen_map_close(g);
 }
 
-int main(int argc, char **argv)
-{
-	const char *rootfs = NULL, *storage = NULL, *policy_dir = LENSBOX_POLICY_DIR, *name = NULL, *cwd = NULL;
-	const char *run_dir = "/run/lensbox-runner", *network = "off";
-	const char *memory = NULL, *cpu = NULL, *pids = NULL, *disk = NULL, *timeout = NULL, *output = NULL;
-	const char *tmp = NULL, *shm = NULL, *hostname = NULL, *seccomp_cache = NULL;
-	bool no_seccomp_cache = false;
-	unsigned long uid = 200000, gid = 0, repeat = 1;
-	bool keep = false, probe = false;
-	const char *cleanup = NULL;
+/* The command line, as given; defaults filled in by parse_options(). */
+struct options {
+	const char *rootfs, *storage, *policy_dir, *name, *cwd, *run_dir, *network;
+	const char *memory, *cpu, *pids, *disk, *timeout, *output;
+	const char *tmp, *shm, *hostname, *seccomp_cache;
+	bool no_seccomp_cache, keep, probe;
+	unsigned long uid, gid, repeat;
+	const char *cleanup;
 	const char *env[MAX_ENV + 1];
-	size_t n_env = 0;
+	size_t n_env;
+};
 
-	enum {
-		O_ROOTFS = 256,
-		O_STORAGE,
-		O_MEMORY,
-		O_CPU,
-		O_PIDS,
-		O_DISK,
-		O_TIMEOUT,
-		O_UID,
-		O_GID,
-		O_POLICY,
-		O_OUTPUT,
-		O_NAME,
-		O_NETWORK,
-		O_KEEP,
-		O_RUNDIR,
-		O_ENV,
-		O_CWD,
-		O_REPEAT,
-		O_HELP,
-		O_CLEANUP,
-		O_PROBE,
-		O_TMP,
-		O_SHM,
-		O_HOSTNAME,
-		O_SECCOMP_CACHE,
-		O_NO_SECCOMP_CACHE
-	};
-	static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
-					      { "storage", required_argument, NULL, O_STORAGE },
-					      { "memory", required_argument, NULL, O_MEMORY },
-					      { "cpu", required_argument, NULL, O_CPU },
-					      { "pids", required_argument, NULL, O_PIDS },
-					      { "disk", required_argument, NULL, O_DISK },
-					      { "timeout", required_argument, NULL, O_TIMEOUT },
-					      { "uid", required_argument, NULL, O_UID },
-					      { "gid", required_argument, NULL, O_GID },
-					      { "policy", required_argument, NULL, O_POLICY },
-					      { "output-limit", required_argument, NULL, O_OUTPUT },
-					      { "name", required_argument, NULL, O_NAME },
-					      { "network", required_argument, NULL, O_NETWORK },
-					      { "keep", no_argument, NULL, O_KEEP },
-					      { "run-dir", required_argument, NULL, O_RUNDIR },
-					      { "env", required_argument, NULL, O_ENV },
-					      { "cwd", required_argument, NULL, O_CWD },
-					      { "repeat", required_argument, NULL, O_REPEAT },
-					      { "help", no_argument, NULL, O_HELP },
-					      { "cleanup", required_argument, NULL, O_CLEANUP },
-					      { "probe", no_argument, NULL, O_PROBE },
-					      { "tmp", required_argument, NULL, O_TMP },
-					      { "shm", required_argument, NULL, O_SHM },
-					      { "hostname", required_argument, NULL, O_HOSTNAME },
-					      { "seccomp-cache", required_argument, NULL, O_SECCOMP_CACHE },
-					      { "no-seccomp-cache", no_argument, NULL, O_NO_SECCOMP_CACHE },
-					      { NULL, 0, NULL, 0 } };
+enum {
+	O_ROOTFS = 256,
+	O_STORAGE,
+	O_MEMORY,
+	O_CPU,
+	O_PIDS,
+	O_DISK,
+	O_TIMEOUT,
+	O_UID,
+	O_GID,
+	O_POLICY,
+	O_OUTPUT,
+	O_NAME,
+	O_NETWORK,
+	O_KEEP,
+	O_RUNDIR,
+	O_ENV,
+	O_CWD,
+	O_REPEAT,
+	O_HELP,
+	O_CLEANUP,
+	O_PROBE,
+	O_TMP,
+	O_SHM,
+	O_HOSTNAME,
+	O_SECCOMP_CACHE,
+	O_NO_SECCOMP_CACHE
+};
+
+static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
+				      { "storage", required_argument, NULL, O_STORAGE },
+				      { "memory", required_argument, NULL, O_MEMORY },
+				      { "cpu", required_argument, NULL, O_CPU },
+				      { "pids", required_argument, NULL, O_PIDS },
+				      { "disk", required_argument, NULL, O_DISK },
+				      { "timeout", required_argument, NULL, O_TIMEOUT },
+				      { "uid", required_argument, NULL, O_UID },
+				      { "gid", required_argument, NULL, O_GID },
+				      { "policy", required_argument, NULL, O_POLICY },
+				      { "output-limit", required_argument, NULL, O_OUTPUT },
+				      { "name", required_argument, NULL, O_NAME },
+				      { "network", required_argument, NULL, O_NETWORK },
+				      { "keep", no_argument, NULL, O_KEEP },
+				      { "run-dir", required_argument, NULL, O_RUNDIR },
+				      { "env", required_argument, NULL, O_ENV },
+				      { "cwd", required_argument, NULL, O_CWD },
+				      { "repeat", required_argument, NULL, O_REPEAT },
+				      { "help", no_argument, NULL, O_HELP },
+				      { "cleanup", required_argument, NULL, O_CLEANUP },
+				      { "probe", no_argument, NULL, O_PROBE },
+				      { "tmp", required_argument, NULL, O_TMP },
+				      { "shm", required_argument, NULL, O_SHM },
+				      { "hostname", required_argument, NULL, O_HOSTNAME },
+				      { "seccomp-cache", required_argument, NULL, O_SECCOMP_CACHE },
+				      { "no-seccomp-cache", no_argument, NULL, O_NO_SECCOMP_CACHE },
+				      { NULL, 0, NULL, 0 } };
+
+/* Options up to the program's argv (optind); -1 to go on, else the exit status (--help 0, a usage error 2). The
+ * quantities are parsed later, against the policy's defaults (build_spec). */
+static int parse_options(int argc, char **argv, struct options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->policy_dir = LENSBOX_POLICY_DIR;
+	o->run_dir = "/run/lensbox-runner";
+	o->network = "off";
+	o->uid = 200000;
+	o->repeat = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
 		char *end;
 		switch (c) {
 		case O_ROOTFS:
-			rootfs = optarg;
+			o->rootfs = optarg;
 			break;
 		case O_STORAGE:
-			storage = optarg;
+			o->storage = optarg;
 			break;
 		case O_MEMORY:
-			memory = optarg;
+			o->memory = optarg;
 			break;
 		case O_CPU:
-			cpu = optarg;
+			o->cpu = optarg;
 			break;
 		case O_PIDS:
-			pids = optarg;
+			o->pids = optarg;
 			break;
 		case O_DISK:
-			disk = optarg;
+			o->disk = optarg;
 			break;
 		case O_TIMEOUT:
-			timeout = optarg;
+			o->timeout = optarg;
 			break;
 		case O_OUTPUT:
-			output = optarg;
+			o->output = optarg;
 			break;
 		case O_POLICY:
-			policy_dir = optarg;
+			o->policy_dir = optarg;
 			break;
 		case O_NAME:
-			name = optarg;
+			o->name = optarg;
 			break;
 		case O_NETWORK:
-			network = optarg;
+			o->network = optarg;
 			break;
 		case O_KEEP:
-			keep = true;
+			o->keep = true;
 			break;
 		case O_RUNDIR:
-			run_dir = optarg;
+			o->run_dir = optarg;
 			break;
 		case O_CWD:
-			cwd = optarg;
+			o->cwd = optarg;
 			break;
 		case O_ENV:
-			if (n_env >= MAX_ENV) {
+			if (o->n_env >= MAX_ENV) {
 				fprintf(stderr, "lensbox-runner: too many --env\n");
 				return 2;
 			}
-			env[n_env++] = optarg;
+			o->env[o->n_env++] = optarg;
 			break;
 		case O_UID:
 		case O_GID:
@@ -347,33 +358,33 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			if (c == O_UID)
-				uid = v;
+				o->uid = v;
 			else if (c == O_GID)
-				gid = v;
+				o->gid = v;
 			else
-				repeat = v;
+				o->repeat = v;
 			break;
 		}
 		case O_CLEANUP:
-			cleanup = optarg;
+			o->cleanup = optarg;
 			break;
 		case O_PROBE:
-			probe = true;
+			o->probe = true;
 			break;
 		case O_TMP:
-			tmp = optarg;
+			o->tmp = optarg;
 			break;
 		case O_SHM:
-			shm = optarg;
+			o->shm = optarg;
 			break;
 		case O_HOSTNAME:
-			hostname = optarg;
+			o->hostname = optarg;
 			break;
 		case O_SECCOMP_CACHE:
-			seccomp_cache = optarg;
+			o->seccomp_cache = optarg;
 			break;
 		case O_NO_SECCOMP_CACHE:
-			no_seccomp_cache = true;
+			o->no_seccomp_cache = true;
 			break;
 		case O_HELP:
 			usage(stdout);
@@ -383,181 +394,193 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	env[n_env] = NULL;
-	if (cleanup)
-		return do_cleanup(cleanup, run_dir);
-	if (probe)
-		return do_probe(policy_dir);
-	if (!rootfs || !storage || optind >= argc || repeat == 0 || repeat > MAX_REPEAT) {
-		usage(stderr);
-		return 2;
-	}
-	if (gid == 0)
-		gid = uid;
+	o->env[o->n_env] = NULL;
+	return -1;
+}
 
-	struct lb_error err;
-	lb_error_clear(&err);
+/* The policy, with its compiled seccomp BPF from the cache when it can be trusted. 0, or the exit status. */
+static int load_policy(const struct options *o, struct lb_policy **ret, struct lb_error *err)
+{
+	const char *seccomp_cache = o->seccomp_cache;
 	if (seccomp_cache && seccomp_cache[0] != '/') {
 		fprintf(stderr, "lensbox-runner: --seccomp-cache must be an absolute path\n");
 		return 2;
 	}
 	/* Default: beside the sandboxes' state, in the run directory (root's); a relative run dir fails at start. */
 	char cache_dir[4096];
-	if (!seccomp_cache && run_dir[0] == '/' &&
-	    (size_t)snprintf(cache_dir, sizeof(cache_dir), "%s/seccomp-cache", run_dir) < sizeof(cache_dir))
+	if (!seccomp_cache && o->run_dir[0] == '/' &&
+	    (size_t)snprintf(cache_dir, sizeof(cache_dir), "%s/seccomp-cache", o->run_dir) < sizeof(cache_dir))
 		seccomp_cache = cache_dir;
-	if (no_seccomp_cache)
+	if (o->no_seccomp_cache)
 		seccomp_cache = NULL;
-	struct lb_policy *policy = NULL;
-	if (lb_policy_load_cached(policy_dir, seccomp_cache, &policy, &err) < 0) {
-		lb_error_wrap(&err, "loading the policy from %s", policy_dir);
-		return print_error(err.msg);
+	if (lb_policy_load_cached(o->policy_dir, seccomp_cache, ret, err) < 0) {
+		lb_error_wrap(err, "loading the policy from %s", o->policy_dir);
+		return print_error(err->msg);
 	}
+	return 0;
+}
 
-	struct lb_sandbox_spec spec;
-	memset(&spec, 0, sizeof(spec));
-	char defname[64];
-	snprintf(defname, sizeof(defname), "runner-%d", (int)getpid());
-	spec.name = name ? name : defname;
-	spec.rootfs = rootfs;
-	spec.hostname = hostname;
-	spec.storage = storage;
-	spec.run_dir = run_dir;
-	spec.host_uid = (uid_t)uid;
-	spec.host_gid = (gid_t)gid;
-	spec.policy = policy;
+/* What the sandbox and its runs are given: the policy's limits, overridden by the options. 0, or the exit status
+ * (2: a bad quantity or an unsupported network). spec->name may point at defname (64 bytes). */
+static int build_spec(const struct options *o, const struct lb_policy *policy, struct lb_sandbox_spec *spec,
+		      char *defname, uint64_t *ret_timeout_s, uint64_t *ret_out_limit)
+{
+	memset(spec, 0, sizeof(*spec));
+	snprintf(defname, 64, "runner-%d", (int)getpid());
+	spec->name = o->name ? o->name : defname;
+	spec->rootfs = o->rootfs;
+	spec->hostname = o->hostname;
+	spec->storage = o->storage;
+	spec->run_dir = o->run_dir;
+	spec->host_uid = (uid_t)o->uid;
+	spec->host_gid = (gid_t)o->gid;
+	spec->policy = policy;
 	const struct lb_limits_policy *pl = &policy->limits;
-	spec.limits = (struct lb_sandbox_limits){ .cpu_millicores = pl->cpu_millicores,
-						  .memory_bytes = pl->memory_bytes,
-						  .pids = pl->pids,
-						  .disk_bytes = pl->disk_bytes,
-						  .tmp_bytes = pl->tmp_bytes,
-						  .shm_bytes = pl->shm_bytes };
+	spec->limits = (struct lb_sandbox_limits){ .cpu_millicores = pl->cpu_millicores,
+						   .memory_bytes = pl->memory_bytes,
+						   .pids = pl->pids,
+						   .disk_bytes = pl->disk_bytes,
+						   .tmp_bytes = pl->tmp_bytes,
+						   .shm_bytes = pl->shm_bytes };
 	uint64_t timeout_s = pl->timeout_seconds, out_limit = pl->output_bytes;
 	int r = 0;
-	if ((memory && (r = lb_parse_size(memory, &spec.limits.memory_bytes)) < 0) ||
-	    (cpu && (r = lb_parse_cpu(cpu, &spec.limits.cpu_millicores)) < 0) ||
-	    (disk && (r = lb_parse_size(disk, &spec.limits.disk_bytes)) < 0) ||
-	    (tmp && (r = lb_parse_size(tmp, &spec.limits.tmp_bytes)) < 0) ||
-	    (shm && (r = lb_parse_size(shm, &spec.limits.shm_bytes)) < 0) ||
-	    (timeout && (r = lb_parse_duration(timeout, &timeout_s)) < 0) ||
-	    (output && (r = lb_parse_size(output, &out_limit)) < 0)) {
-		lb_policy_free(policy);
+	if ((o->memory && (r = lb_parse_size(o->memory, &spec->limits.memory_bytes)) < 0) ||
+	    (o->cpu && (r = lb_parse_cpu(o->cpu, &spec->limits.cpu_millicores)) < 0) ||
+	    (o->disk && (r = lb_parse_size(o->disk, &spec->limits.disk_bytes)) < 0) ||
+	    (o->tmp && (r = lb_parse_size(o->tmp, &spec->limits.tmp_bytes)) < 0) ||
+	    (o->shm && (r = lb_parse_size(o->shm, &spec->limits.shm_bytes)) < 0) ||
+	    (o->timeout && (r = lb_parse_duration(o->timeout, &timeout_s)) < 0) ||
+	    (o->output && (r = lb_parse_size(o->output, &out_limit)) < 0)) {
 		fprintf(stderr, "lensbox-runner: bad quantity: %s\n", strerror(-r));
 		return 2;
 	}
-	if (pids) {
+	if (o->pids) {
 		char *end;
 		errno = 0;
-		spec.limits.pids = strtoull(pids, &end, 10);
-		if (errno || *end || end == pids) {
-			lb_policy_free(policy);
+		spec->limits.pids = strtoull(o->pids, &end, 10);
+		if (errno || *end || end == o->pids) {
 			fprintf(stderr, "lensbox-runner: bad --pids\n");
 			return 2;
 		}
 	}
-	if (lb_tier_parse(network, &spec.network) < 0 || spec.network != LB_TIER_OFF) {
+	if (lb_tier_parse(o->network, &spec->network) < 0 || spec->network != LB_TIER_OFF) {
 		/* packages and web need netfilter/'s veth and nftables, which lensboxd plugs in; not this tool. */
-		lb_policy_free(policy);
 		fprintf(stderr, "lensbox-runner: only --network off is supported by the standalone tool (not `%s`)\n",
-			network);
+			o->network);
 		return 2;
 	}
 	if (timeout_s > (uint64_t)24 * 3600 || out_limit > (256u << 20)) {
-		lb_policy_free(policy);
 		fprintf(stderr, "lensbox-runner: timeout above 24h or output limit above 256Mi\n");
 		return 2;
 	}
 	static const char *const image_env[] = { "PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
 						 NULL };
-	spec.image_env = image_env;
+	spec->image_env = image_env;
+	*ret_timeout_s = timeout_s;
+	*ret_out_limit = out_limit;
+	return 0;
+}
 
-	/* A terminal's ^C must not leave a half-stopped sandbox: the tool finishes its stop first. */
-	signal(SIGINT, SIG_IGN);
-	signal(SIGPIPE, SIG_IGN);
+/* What the runs gave, for the JSON: the last run's result and every run's time, in microseconds. */
+struct runs {
+	struct lb_exec_result res;
+	uint64_t *exec_us; /* repeat entries */
+	uint64_t start_us, stop_us;
+	int landlock_abi;
+	enum lb_cgroup_version cgroup_version;
+};
 
+/* Start, the program run `repeat` times, stop, and the storage removed unless --keep. 0, or the exit status with
+ * the error printed; on 0 the caller owns runs->res and runs->exec_us. */
+static int start_run_stop(const struct options *o, const struct lb_sandbox_spec *spec, const char *const *prog,
+			  uint64_t timeout_s, uint64_t out_limit, struct runs *runs, struct lb_error *err)
+{
 	uint64_t t0 = now_us();
 	struct lb_sandbox *sb = NULL;
 	struct stat st;
-	bool storage_existed = stat(storage, &st) == 0;
-	if (lb_sandbox_start(&spec, &sb, &err) < 0) {
+	bool storage_existed = stat(o->storage, &st) == 0;
+	if (lb_sandbox_start(spec, &sb, err) < 0) {
 		/* A storage this run created is not left behind; one that existed before is never touched here. */
-		if (!storage_existed && !keep) {
+		if (!storage_existed && !o->keep) {
 			struct lb_error derr;
-			lb_sandbox_destroy_storage(storage, &derr);
+			lb_sandbox_destroy_storage(o->storage, &derr);
 		}
-		lb_policy_free(policy);
-		return print_error(err.msg);
+		return print_error(err->msg);
 	}
 	uint64_t t1 = now_us();
 
-	struct lb_exec_spec es = { .argv = (const char *const *)&argv[optind],
-				   .env = env,
-				   .cwd = cwd,
+	struct lb_exec_spec es = { .argv = prog,
+				   .env = o->env,
+				   .cwd = o->cwd,
 				   .timeout_ms = (uint32_t)(timeout_s * 1000),
 				   .stdout_limit = out_limit,
 				   .stderr_limit = out_limit };
-	struct lb_exec_result res;
-	memset(&res, 0, sizeof(res));
-	uint64_t *exec_us = calloc(repeat, sizeof(uint64_t));
-	int er = exec_us ? 0 : -ENOMEM;
-	for (unsigned long i = 0; i < repeat && er == 0; i++) {
-		lb_exec_result_free(&res);
+	memset(&runs->res, 0, sizeof(runs->res));
+	runs->exec_us = calloc(o->repeat, sizeof(uint64_t));
+	int er = runs->exec_us ? 0 : -ENOMEM;
+	for (unsigned long i = 0; i < o->repeat && er == 0; i++) {
+		lb_exec_result_free(&runs->res);
 		uint64_t a = now_us();
-		er = lb_sandbox_exec(sb, &es, &res, &err);
-		exec_us[i] = now_us() - a;
+		er = lb_sandbox_exec(sb, &es, &runs->res, err);
+		runs->exec_us[i] = now_us() - a;
 	}
-	int abi = lb_sandbox_landlock_abi(sb);
-	enum lb_cgroup_version cgv = lb_sandbox_cgroup_version(sb);
+	runs->landlock_abi = lb_sandbox_landlock_abi(sb);
+	runs->cgroup_version = lb_sandbox_cgroup_version(sb);
 	uint64_t t2 = now_us();
 	struct lb_error serr;
 	lb_error_clear(&serr);
 	int sr = lb_sandbox_stop(sb, &serr);
 	uint64_t t3 = now_us();
-	if (!keep) {
+	if (!o->keep) {
 		struct lb_error derr;
-		lb_sandbox_destroy_storage(storage, &derr);
+		lb_sandbox_destroy_storage(o->storage, &derr);
 	}
 	if (er < 0) {
-		free(exec_us);
-		lb_policy_free(policy);
-		return print_error(err.msg);
+		free(runs->exec_us);
+		return print_error(err->msg);
 	}
 	if (sr < 0) {
-		free(exec_us);
-		lb_exec_result_free(&res);
-		lb_policy_free(policy);
+		free(runs->exec_us);
+		lb_exec_result_free(&runs->res);
 		return print_error(serr.msg);
 	}
+	runs->start_us = t1 - t0;
+	runs->stop_us = t3 - t2;
+	return 0;
+}
 
+/* The result as one JSON object on stdout: the last run, what it refused, the isolation in place, the timings. */
+static int print_result(const struct options *o, const struct lb_policy *policy, const struct lb_sandbox_spec *spec,
+			const struct runs *runs)
+{
+	const struct lb_exec_result *res = &runs->res;
 	yajl_gen g = yajl_gen_alloc(NULL);
-	if (!g) {
-		free(exec_us);
+	if (!g)
 		return print_error("out of memory");
-	}
 	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
 	yajl_gen_map_open(g);
-	gen_kv_int(g, "exit_code", res.exit_code);
-	gen_kv_int(g, "signal", res.signal);
-	gen_kv_bool(g, "timed_out", res.timed_out);
-	gen_kv_bool(g, "oom_killed", res.oom_killed);
-	gen_kv_bool(g, "pids_limited", res.pids_limited);
-	gen_kv_int(g, "wall_ms", (long long)res.wall_ms);
-	gen_kv_int(g, "cpu_ms", (long long)res.cpu_ms);
-	gen_kv_int(g, "peak_memory_bytes", (long long)res.peak_memory_bytes);
-	int orr = gen_kv_output(g, "stdout", res.stdout_buf, res.stdout_len);
-	gen_kv_int(g, "stdout_bytes", (long long)res.stdout_total);
-	gen_kv_bool(g, "stdout_truncated", res.stdout_total > res.stdout_len);
+	gen_kv_int(g, "exit_code", res->exit_code);
+	gen_kv_int(g, "signal", res->signal);
+	gen_kv_bool(g, "timed_out", res->timed_out);
+	gen_kv_bool(g, "oom_killed", res->oom_killed);
+	gen_kv_bool(g, "pids_limited", res->pids_limited);
+	gen_kv_int(g, "wall_ms", (long long)res->wall_ms);
+	gen_kv_int(g, "cpu_ms", (long long)res->cpu_ms);
+	gen_kv_int(g, "peak_memory_bytes", (long long)res->peak_memory_bytes);
+	int orr = gen_kv_output(g, "stdout", res->stdout_buf, res->stdout_len);
+	gen_kv_int(g, "stdout_bytes", (long long)res->stdout_total);
+	gen_kv_bool(g, "stdout_truncated", res->stdout_total > res->stdout_len);
 	if (orr == 0)
-		orr = gen_kv_output(g, "stderr", res.stderr_buf, res.stderr_len);
-	gen_kv_int(g, "stderr_bytes", (long long)res.stderr_total);
-	gen_kv_bool(g, "stderr_truncated", res.stderr_total > res.stderr_len);
+		orr = gen_kv_output(g, "stderr", res->stderr_buf, res->stderr_len);
+	gen_kv_int(g, "stderr_bytes", (long long)res->stderr_total);
+	gen_kv_bool(g, "stderr_truncated", res->stderr_total > res->stderr_len);
 
-	gen_refused(g, &res.refused);
+	gen_refused(g, &res->refused);
 
 	gen_str(g, "isolation");
 	yajl_gen_map_open(g);
-	gen_kv_int(g, "landlock_abi", abi);
+	gen_kv_int(g, "landlock_abi", runs->landlock_abi);
+	enum lb_cgroup_version cgv = runs->cgroup_version;
 	gen_kv_str(g, "cgroup_version", cgv == LB_CGROUP_V2 ? "v2" : cgv == LB_CGROUP_V1 ? "v1" : "none");
 	gen_str(g, "seccomp");
 	yajl_gen_map_open(g);
@@ -575,28 +598,25 @@ int main(int argc, char **argv)
 	char map[96];
 	unsigned in_uid = policy->limits.sandbox_uid ? policy->limits.sandbox_uid : 1000;
 	unsigned in_gid = policy->limits.sandbox_gid ? policy->limits.sandbox_gid : 1000;
-	const unsigned long s = LB_HOST_ID_STRIDE_DEFAULT;
+	const unsigned long s = LB_HOST_ID_STRIDE_DEFAULT, uid = o->uid, gid = o->gid;
 	snprintf(map, sizeof(map), "0 %lu 1\n%u %lu 1\n65534 %lu 1", uid + 2 * s, in_uid, uid, uid + s);
 	gen_kv_str(g, "uid_map", map);
 	snprintf(map, sizeof(map), "0 %lu 1\n%u %lu 1\n65534 %lu 1", gid + 2 * s, in_gid, gid, gid + s);
 	gen_kv_str(g, "gid_map", map);
-	gen_kv_str(g, "network", lb_tier_name(spec.network));
+	gen_kv_str(g, "network", lb_tier_name(spec->network));
 	yajl_gen_map_close(g);
 
 	gen_str(g, "timing_us");
 	yajl_gen_map_open(g);
-	gen_kv_int(g, "start", (long long)(t1 - t0));
+	gen_kv_int(g, "start", (long long)runs->start_us);
 	gen_str(g, "exec");
 	yajl_gen_array_open(g);
-	for (unsigned long i = 0; i < repeat; i++)
-		yajl_gen_integer(g, (long long)exec_us[i]);
+	for (unsigned long i = 0; i < o->repeat; i++)
+		yajl_gen_integer(g, (long long)runs->exec_us[i]);
 	yajl_gen_array_close(g);
-	free(exec_us);
-	gen_kv_int(g, "stop", (long long)(t3 - t2));
+	gen_kv_int(g, "stop", (long long)runs->stop_us);
 	yajl_gen_map_close(g);
 	yajl_gen_map_close(g);
-	lb_exec_result_free(&res);
-	lb_policy_free(policy);
 	if (orr < 0) {
 		yajl_gen_free(g);
 		return print_error("out of memory");
@@ -604,4 +624,48 @@ int main(int argc, char **argv)
 	print_gen(g);
 	yajl_gen_free(g);
 	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	int status = parse_options(argc, argv, &o);
+	if (status >= 0)
+		return status;
+	if (o.cleanup)
+		return do_cleanup(o.cleanup, o.run_dir);
+	if (o.probe)
+		return do_probe(o.policy_dir);
+	if (!o.rootfs || !o.storage || optind >= argc || o.repeat == 0 || o.repeat > MAX_REPEAT) {
+		usage(stderr);
+		return 2;
+	}
+	if (o.gid == 0)
+		o.gid = o.uid;
+
+	struct lb_error err;
+	lb_error_clear(&err);
+	struct lb_policy *policy = NULL;
+	if ((status = load_policy(&o, &policy, &err)) != 0)
+		return status;
+	struct lb_sandbox_spec spec;
+	char defname[64];
+	uint64_t timeout_s, out_limit;
+	if ((status = build_spec(&o, policy, &spec, defname, &timeout_s, &out_limit)) != 0)
+		goto out;
+
+	/* A terminal's ^C must not leave a half-stopped sandbox: the tool finishes its stop first. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct runs runs;
+	status = start_run_stop(&o, &spec, (const char *const *)&argv[optind], timeout_s, out_limit, &runs, &err);
+	if (status != 0)
+		goto out;
+	status = print_result(&o, policy, &spec, &runs);
+	free(runs.exec_us);
+	lb_exec_result_free(&runs.res);
+out:
+	lb_policy_free(policy);
+	return status;
 }
