@@ -226,6 +226,5 @@ void lb_refusals_end(struct lb_run_refusals *rf, bool failed, struct lb_refusals
 
 /* The sandbox's state directory for a name. */
 int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt);
-bool lb_name_valid(const char *name);
 
 #endif

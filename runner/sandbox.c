@@ -25,6 +25,7 @@
 
 #include "internal.h"
 
+#include "lb/name.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
 
@@ -56,21 +57,6 @@
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
-
-bool lb_name_valid(const char *name)
-{
-	size_t n = name ? strlen(name) : 0;
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = name[i];
-		bool ok =
-		    (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (i > 0 && (c == '.' || c == '_' || c == '-'));
-		if (!ok)
-			return false;
-	}
-	return true;
-}
 
 int lb_state_paths(const char *run_dir, const char *name, char *state_dir, char *storage_mnt, char *root_mnt)
 {
@@ -447,7 +433,7 @@ static int sandbox_fill(struct lb_sandbox *sb, const struct lb_sandbox_spec *spe
  * before anything is created for them. */
 static int sandbox_new(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
 {
-	if (!spec || !lb_name_valid(spec->name))
+	if (!spec || !lb_sandbox_name_valid(spec->name))
 		return lb_error_setx(err, EINVAL, "sandbox name must match ^[a-z0-9][a-z0-9._-]{0,62}$");
 	if (!spec->rootfs || spec->rootfs[0] != '/' || !spec->storage || spec->storage[0] != '/' || !spec->run_dir ||
 	    spec->run_dir[0] != '/')
@@ -779,7 +765,7 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err)
 
 int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *err)
 {
-	if (!lb_name_valid(name) || !run_dir || run_dir[0] != '/')
+	if (!lb_sandbox_name_valid(name) || !run_dir || run_dir[0] != '/')
 		return lb_error_setx(err, EINVAL, "cleanup: bad sandbox name or run_dir");
 	char state[PATH_MAX], mnt[PATH_MAX], root[PATH_MAX];
 	if (lb_state_paths(run_dir, name, state, mnt, root) < 0)

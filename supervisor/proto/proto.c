@@ -256,8 +256,7 @@ int lbp_decode(const void *buf, size_t len, const int *fds, size_t nfds, struct 
 	memcpy(ret->u.raw, (const char *)buf + sizeof(*h), payload_len);
 	for (size_t i = 0; i < nfds; i++)
 		ret->fds[i] = fds[i];
-	ret->nfds = nfds;
-	nfds = 0; /* owned by ret now */
+	ret->nfds = nfds; /* owned by ret now: closed by lbp_msg_clear */
 	if (!payload_valid(ret, payload_len)) {
 		lbp_msg_clear(ret);
 		return -EBADMSG;

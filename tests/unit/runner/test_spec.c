@@ -41,26 +41,6 @@ static void expect_refused(const struct lb_sandbox_spec *s, int errnum, const ch
 	assert_non_null(strstr(err.msg, words));
 }
 
-static void names(void **state)
-{
-	(void)state;
-	assert_true(lb_name_valid("a"));
-	assert_true(lb_name_valid("lens-chat.1_x"));
-	assert_false(lb_name_valid(""));
-	assert_false(lb_name_valid(NULL));
-	assert_false(lb_name_valid("-a"));
-	assert_false(lb_name_valid(".hidden"));
-	assert_false(lb_name_valid("A"));
-	assert_false(lb_name_valid("a/b"));
-	assert_false(lb_name_valid("../x"));
-	char long_name[65];
-	memset(long_name, 'a', 64);
-	long_name[64] = '\0';
-	assert_false(lb_name_valid(long_name));
-	long_name[63] = '\0';
-	assert_true(lb_name_valid(long_name));
-}
-
 static void bad_specs_refused(void **state)
 {
 	(void)state;
@@ -97,7 +77,6 @@ static void landlock_below_minimum_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(names),
 		cmocka_unit_test(bad_specs_refused),
 		cmocka_unit_test(landlock_below_minimum_refused),
 	};
