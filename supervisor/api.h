@@ -52,11 +52,13 @@ void lbd_res_error(struct lbd_res *res, int status, const char *code, const char
     __attribute__((format(printf, 4, 5)));
 void lbd_res_fail(struct lbd_res *res, const struct lbd_fail *f);
 
+/* ---- request.c ---- */
+
 /* A query-string argument, percent-decoded (malloc'ed, caller frees), or NULL when absent. *ret_bad set when the
  * value could not be decoded (a NUL or a bad escape). */
 char *lbd_req_query(struct lbd_req *req, const char *key, bool *ret_bad);
 
-/* The raw (still percent-encoded) query-string value of key, owned by libmicrohttpd; http.c. */
+/* The raw (still percent-encoded) query-string value of key, owned by libmicrohttpd. */
 const char *lbd_http_query_raw(struct lbd_req *req, const char *key);
 
 /* Percent-decodes s[0..len) into a new string; NULL when it holds %00, a raw NUL or a bad escape. */

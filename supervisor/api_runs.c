@@ -136,245 +136,329 @@ static void gen_refused(yajl_gen g, const struct lb_exec_result *x, uint64_t net
 	yajl_gen_map_close(g);
 }
 
-void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
+/* POST .../runs, validated: what the client asked to run and how. lang and source point into the parsed body. */
+struct run_request {
+	const char *lang;
+	bool python;
+	const char *source;
+	size_t source_len;
+	long long timeout, limit; /* seconds; output characters per stream */
+	struct lbd_spec_request spec;
+};
+
+/* What a run produced, for the answer: its ledger row, the runner's result (output and refusals; the caller frees it
+ * once the run happened) and what ensuring the sandbox did. */
+struct run_outcome {
+	struct lb_store_run run;
+	struct lb_exec_result x;
+	struct lbd_ensure_result er;
+};
+
+/* Step 1: the body's fields, their values and ranges, and the sandbox spec. On a refusal fills res and returns -1. */
+static int read_run_request(struct lbd *d, yajl_val root, struct run_request *ret, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
-	struct lbd_fail f = { 0 };
-	yajl_val root = NULL;
-	if (lbd_json_object(req->body, req->body_len, lbd_run_fields, LBD_RUN_FIELDS, &root, &f) < 0) {
-		lbd_res_fail(res, &f);
-		return;
-	}
 	yajl_val vlang = lbd_json_get(root, "language"), vsrc = lbd_json_get(root, "source");
 	yajl_val vto = lbd_json_get(root, "timeout_seconds"), vlim = lbd_json_get(root, "output_limit");
 	if (!vlang || !vsrc) {
 		lbd_res_error(res, 400, "missing_field", "A run needs `language` and `source`.");
-		goto out;
+		return -1;
 	}
-	const char *lang = YAJL_GET_STRING(vlang);
-	bool python = strcmp(lang, "python") == 0;
-	if (!python && strcmp(lang, "bash") != 0) {
+	ret->lang = YAJL_GET_STRING(vlang);
+	ret->python = strcmp(ret->lang, "python") == 0;
+	if (!ret->python && strcmp(ret->lang, "bash") != 0) {
 		lbd_res_error(res, 422, "invalid_value", "`language` must be `python` or `bash`.");
-		goto out;
+		return -1;
 	}
-	const char *source = YAJL_GET_STRING(vsrc);
-	size_t source_len = strlen(source);
-	if (source_len > LBD_SOURCE_MAX) {
+	ret->source = YAJL_GET_STRING(vsrc);
+	ret->source_len = strlen(ret->source);
+	if (ret->source_len > LBD_SOURCE_MAX) {
 		lbd_res_error(res, 413, "source_too_large",
-			      "The source is %zu bytes; at most 1 MiB (%u bytes) can run.", source_len, LBD_SOURCE_MAX);
-		goto out;
+			      "The source is %zu bytes; at most 1 MiB (%u bytes) can run.", ret->source_len,
+			      LBD_SOURCE_MAX);
+		return -1;
 	}
-	long long timeout = d->cfg.default_timeout_seconds, limit = d->cfg.default_output_limit;
+	ret->timeout = d->cfg.default_timeout_seconds;
+	ret->limit = d->cfg.default_output_limit;
 	if (vto) {
-		timeout = YAJL_GET_INTEGER(vto);
-		if (timeout < 1 || timeout > 600) {
+		ret->timeout = YAJL_GET_INTEGER(vto);
+		if (ret->timeout < 1 || ret->timeout > 600) {
 			lbd_res_error(res, 422, "out_of_range", "`timeout_seconds` must be between 1 and 600.");
-			goto out;
+			return -1;
 		}
 	}
 	if (vlim) {
-		limit = YAJL_GET_INTEGER(vlim);
-		if (limit < 1 || limit > 1000000) {
+		ret->limit = YAJL_GET_INTEGER(vlim);
+		if (ret->limit < 1 || ret->limit > 1000000) {
 			lbd_res_error(res, 422, "out_of_range", "`output_limit` must be between 1 and 1000000.");
-			goto out;
+			return -1;
 		}
 	}
-	struct lbd_spec_request spec;
+	struct lbd_fail f = { 0 };
 	yajl_val vspec = lbd_json_get(root, "sandbox");
-	if (lbd_json_spec(d, vspec, &spec, &f) < 0) {
+	if (lbd_json_spec(d, vspec, &ret->spec, &f) < 0) {
 		lbd_res_fail(res, &f);
-		goto out;
+		return -1;
 	}
 	if (!vspec) {
 		/* No spec: an existing sandbox is used as it is; a new one gets the defaults. */
-		spec.has_image = spec.has_network = false;
+		ret->spec.has_image = ret->spec.has_network = false;
 	}
-	const char *why = lbd_cannot_run(d);
-	if (why) {
-		lbd_res_error(res, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
-		goto out;
-	}
+	return 0;
+}
 
-	atomic_fetch_add(&d->metrics.runs_in_flight, 1);
-	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
-	if (!sb) {
-		atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
-		lbd_res_error(res, 500, "internal", "Out of memory.");
-		goto out;
+/* Step 2a, under the turn: the sandbox made to exist and started, its row read, the run's id and ledger names. */
+static int begin_run(struct lbd_req *req, struct lbd_sandbox *sb, const struct run_request *rq, struct run_outcome *o,
+		     struct lb_store_sandbox *ret_row, struct lbd_fail *f, struct lb_error *err, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	if (lbd_sandbox_ensure(d, sb, &rq->spec, true, &o->er, f) < 0) {
+		lbd_res_fail(res, f);
+		return -1;
 	}
-	struct lbd_ensure_result er = { 0 };
-	int rootfd = -1;
-	struct lb_store_run run = { 0 };
-	struct lb_exec_result x = { 0 };
-	struct lb_store_sandbox row;
-	bool ran = false;
-	char lf[700];
-	if (lbd_sandbox_ensure(d, sb, &spec, true, &er, &f) < 0) {
-		lbd_res_fail(res, &f);
-		goto release;
-	}
-	if (lb_store_sandbox_get(d->store, req->name, &row, NULL) < 0) {
+	if (lb_store_sandbox_get(d->store, req->name, ret_row, NULL) < 0) {
 		lbd_res_error(res, 500, "internal", "The sandbox's record vanished during the run.");
-		goto release;
+		return -1;
 	}
-	struct lb_error err = { 0 };
-	run.started_at_ms = lbd_now_ms();
-	if (lb_run_id_generate(run.started_at_ms, run.id, &err) < 0) {
-		lbd_res_error(res, 500, "internal", "Making a run id failed: %s", err.msg);
-		goto release;
+	o->run.started_at_ms = lbd_now_ms();
+	if (lb_run_id_generate(o->run.started_at_ms, o->run.id, err) < 0) {
+		lbd_res_error(res, 500, "internal", "Making a run id failed: %s", err->msg);
+		return -1;
 	}
-	snprintf(run.sandbox, sizeof(run.sandbox), "%s", req->name);
-	snprintf(run.language, sizeof(run.language), "%s", lang);
-	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s", run.id);
+	snprintf(o->run.sandbox, sizeof(o->run.sandbox), "%s", req->name);
+	snprintf(o->run.language, sizeof(o->run.language), "%s", rq->lang);
+	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s", o->run.id);
 	lbd_sandbox_touch(d, sb);
+	return 0;
+}
 
-	struct lb_sandbox *live = lbd_sandbox_live(sb);
-	rootfd = lbd_open_sandbox_tmp(lb_sandbox_init_pid(live), &f);
-	if (rootfd < 0) {
-		lbd_res_fail(res, &f);
-		goto release;
-	}
-	char rel[128], inside[160];
-	snprintf(rel, sizeof(rel), ".lensbox-%s/main.%s", run.id, python ? "py" : "sh");
-	snprintf(inside, sizeof(inside), "/tmp/%s", rel);
-	/* The sandbox's /tmp belongs to its user namespace, where host root is unmapped: the file is created with
-	 * this thread's filesystem ids set to the sandbox's host uid/gid (per-thread credentials; the effective ids and
-	 * the other threads are untouched), which also means it is written with exactly the sandbox's own rights. */
-	setfsgid(row.host_gid);
-	setfsuid(row.host_uid);
-	int r = lbd_file_write(rootfd, rel, source, source_len, 0644, row.host_uid, row.host_gid, &f);
+/* Step 2b: the source written as rel under the sandbox's /tmp (rootfd). The sandbox's /tmp belongs to its user
+ * namespace, where host root is unmapped: the file is created with this thread's filesystem ids set to the sandbox's
+ * host uid/gid (per-thread credentials; the effective ids and the other threads are untouched), which also means it
+ * is written with exactly the sandbox's own rights. */
+static int write_source(int rootfd, const char *rel, const struct run_request *rq, const struct lb_store_sandbox *row,
+			struct lbd_fail *f, struct lbd_res *res)
+{
+	setfsgid(row->host_gid);
+	setfsuid(row->host_uid);
+	int r = lbd_file_write(rootfd, rel, rq->source, rq->source_len, 0644, row->host_uid, row->host_gid, f);
 	setfsuid(0);
 	setfsgid(0);
 	if (r < 0) {
-		if (f.status == 413)
+		if (f->status == 413)
 			lbd_res_error(res, 413, "disk_full",
 				      "The sandbox's /tmp is full, so the source could not be written.");
 		else
-			lbd_res_fail(res, &f);
-		goto release;
+			lbd_res_fail(res, f);
+		return -1;
 	}
-	const char *argv[] = { python ? "python3" : "bash", inside, NULL };
+	return 0;
+}
+
+/* Step 2c: the program run on the source at inside; the network refusals it caused counted into o->run. *ret_t0
+ * is when it started (monotonic ms). */
+static int exec_program(struct lbd *d, const char *name, struct lb_sandbox *live, const struct run_request *rq,
+			const struct lb_store_sandbox *row, const char *inside, struct run_outcome *o, uint64_t *ret_t0,
+			struct lb_error *err)
+{
+	const char *argv[] = { rq->python ? "python3" : "bash", inside, NULL };
 	const char *env[] = LBD_RUN_ENV_INIT;
-	size_t window = (size_t)limit * 4 + 4;
+	size_t window = (size_t)rq->limit * 4 + 4;
 	struct lb_exec_spec es = {
 		.argv = argv,
 		.env = env,
 		.cwd = "/sandbox",
-		.timeout_ms = (uint32_t)timeout * 1000,
+		.timeout_ms = (uint32_t)rq->timeout * 1000,
 		.stdout_limit = window,
 		.stderr_limit = window,
 	};
 	uint64_t blocked0 = 0, blocked1 = 0;
-	bool networked = d->net && row.spec.network != LB_TIER_OFF;
+	bool networked = d->net && row->spec.network != LB_TIER_OFF;
 	if (networked)
-		lb_net_blocked(d->net, req->name, &blocked0, NULL);
-	uint64_t t0 = lbd_mono_ms();
-	r = lb_sandbox_exec(live, &es, &x, &err);
+		lb_net_blocked(d->net, name, &blocked0, NULL);
+	*ret_t0 = lbd_mono_ms();
+	int r = lb_sandbox_exec(live, &es, &o->x, err);
 	/* The sandbox's counters only grow and its runs take turns, so the difference is this run's refusals. */
-	if (networked && lb_net_blocked(d->net, req->name, &blocked1, NULL) == 0 && blocked1 > blocked0)
-		run.network_blocked = blocked1 - blocked0;
+	if (networked && lb_net_blocked(d->net, name, &blocked1, NULL) == 0 && blocked1 > blocked0)
+		o->run.network_blocked = blocked1 - blocked0;
+	return r;
+}
+
+/* Step 2d: the ledger row filled from the result, logged and recorded. A failure to record is logged only: the
+ * program ran and its answer stands. */
+static void record_run(struct lbd *d, struct lbd_sandbox *sb, const char *name, const struct run_request *rq,
+		       const struct lb_store_sandbox *row, uint64_t t0, struct run_outcome *o, struct lb_error *err)
+{
+	struct lb_store_run *run = &o->run;
+	const struct lb_exec_result *x = &o->x;
+	run->duration_ms = x->wall_ms ? x->wall_ms : lbd_mono_ms() - t0;
+	run->exited = x->signal == 0 && x->exit_code >= 0;
+	run->exit_code = run->exited ? x->exit_code : 0;
+	run->signal = x->signal;
+	run->timed_out = x->timed_out;
+	run->oom_killed = x->oom_killed;
+	run->pids_limited = x->pids_limited;
+	run->cpu_ms = x->cpu_ms;
+	run->peak_memory_bytes = x->peak_memory_bytes;
+	run->stdout_bytes = x->stdout_total;
+	run->stderr_bytes = x->stderr_total;
+	compose_message(x, (uint32_t)rq->timeout, &row->spec, d->policy->limits.pids, run->network_blocked,
+			run->message, sizeof(run->message));
+	char lf[700];
+	snprintf(lf, sizeof(lf),
+		 "sandbox=%s run=%s language=%s exit_code=%d signal=%d duration_ms=%llu cpu_ms=%llu "
+		 "network_blocked=%llu refused_syscall=%llu refused_filesystem=%llu%s%s%s",
+		 name, run->id, run->language, run->exited ? run->exit_code : -1, run->signal,
+		 (unsigned long long)run->duration_ms, (unsigned long long)run->cpu_ms,
+		 (unsigned long long)run->network_blocked, (unsigned long long)x->refused.syscall,
+		 (unsigned long long)x->refused.filesystem, run->timed_out ? " timed_out=1" : "",
+		 run->oom_killed ? " oom_killed=1" : "", run->pids_limited ? " pids_limited=1" : "");
+	lb_info(lf, "run finished");
+	if (lb_store_run_insert(d->store, run, err) < 0) {
+		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", name, run->id);
+		lb_error(lf, "recording the run in the ledger failed: %s", err->msg);
+		lbd_sandbox_touch(d, sb); /* the idle timer still needs the use */
+	}
+}
+
+/* Step 2, under the sandbox's turn: steps 2a to 2d, the source removed after the program. 0 when the program ran
+ * (o->x is then the caller's to free); -1 with res filled when it did not. */
+static int run_locked(struct lbd_req *req, struct lbd_sandbox *sb, const struct run_request *rq, struct run_outcome *o,
+		      struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	struct lbd_fail f = { 0 };
+	struct lb_error err = { 0 };
+	struct lb_store_sandbox row;
+	if (begin_run(req, sb, rq, o, &row, &f, &err, res) < 0)
+		return -1;
+	struct lb_sandbox *live = lbd_sandbox_live(sb);
+	int rootfd = lbd_open_sandbox_tmp(lb_sandbox_init_pid(live), &f);
+	if (rootfd < 0) {
+		lbd_res_fail(res, &f);
+		return -1;
+	}
+	char rel[128], inside[160];
+	snprintf(rel, sizeof(rel), ".lensbox-%s/main.%s", o->run.id, rq->python ? "py" : "sh");
+	snprintf(inside, sizeof(inside), "/tmp/%s", rel);
+	if (write_source(rootfd, rel, rq, &row, &f, res) < 0) {
+		close(rootfd);
+		return -1;
+	}
+	uint64_t t0;
+	int r = exec_program(d, req->name, live, rq, &row, inside, o, &t0, &err);
 	setfsgid(row.host_gid);
 	setfsuid(row.host_uid);
 	lbd_file_remove(rootfd, rel);
 	setfsuid(0);
 	setfsgid(0);
-	close(rootfd); /* an fd into the sandbox would keep its mounts alive past a stop */
-	rootfd = -1;
+	close(rootfd);		     /* an fd into the sandbox would keep its mounts alive past a stop */
 	lbd_sandbox_note_use(d, sb); /* the store's last use comes with the ledger row */
 	if (r < 0) {
-		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, run.id, err.msg);
+		char lf[700];
+		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, o->run.id, err.msg);
 		lb_error(lf, "running the program failed");
 		/* A sandbox whose exec machinery failed may be broken: the next run starts a fresh one. */
 		bool was;
 		struct lbd_fail f2;
 		lbd_sandbox_stop(d, sb, &was, &f2);
 		lbd_res_error(res, 500, "internal", "Running the program failed: %s", err.msg);
-		goto release;
+		return -1;
 	}
-	ran = true;
-	run.duration_ms = x.wall_ms ? x.wall_ms : lbd_mono_ms() - t0;
-	run.exited = x.signal == 0 && x.exit_code >= 0;
-	run.exit_code = run.exited ? x.exit_code : 0;
-	run.signal = x.signal;
-	run.timed_out = x.timed_out;
-	run.oom_killed = x.oom_killed;
-	run.pids_limited = x.pids_limited;
-	run.cpu_ms = x.cpu_ms;
-	run.peak_memory_bytes = x.peak_memory_bytes;
-	run.stdout_bytes = x.stdout_total;
-	run.stderr_bytes = x.stderr_total;
-	compose_message(&x, (uint32_t)timeout, &row.spec, d->policy->limits.pids, run.network_blocked, run.message,
-			sizeof(run.message));
-	snprintf(lf, sizeof(lf),
-		 "sandbox=%s run=%s language=%s exit_code=%d signal=%d duration_ms=%llu cpu_ms=%llu "
-		 "network_blocked=%llu refused_syscall=%llu refused_filesystem=%llu%s%s%s",
-		 req->name, run.id, run.language, run.exited ? run.exit_code : -1, run.signal,
-		 (unsigned long long)run.duration_ms, (unsigned long long)run.cpu_ms,
-		 (unsigned long long)run.network_blocked, (unsigned long long)x.refused.syscall,
-		 (unsigned long long)x.refused.filesystem, run.timed_out ? " timed_out=1" : "",
-		 run.oom_killed ? " oom_killed=1" : "", run.pids_limited ? " pids_limited=1" : "");
-	lb_info(lf, "run finished");
-	if (lb_store_run_insert(d->store, &run, &err) < 0) {
-		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", req->name, run.id);
-		lb_error(lf, "recording the run in the ledger failed: %s", err.msg);
-		lbd_sandbox_touch(d, sb); /* the idle timer still needs the use */
+	record_run(d, sb, req->name, rq, &row, t0, o, &err);
+	return 0;
+}
+
+/* Step 2: the run, counted in flight, in the sandbox's turn (in arrival order). 0 when the program ran. */
+static int run_in_sandbox(struct lbd_req *req, const struct run_request *rq, struct run_outcome *o, struct lbd_res *res)
+{
+	struct lbd *d = req->d;
+	const char *why = lbd_cannot_run(d);
+	if (why) {
+		lbd_res_error(res, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
+		return -1;
 	}
-release:
-	if (rootfd >= 0)
-		close(rootfd);
+	atomic_fetch_add(&d->metrics.runs_in_flight, 1);
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
+	if (!sb) {
+		atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
+		lbd_res_error(res, 500, "internal", "Out of memory.");
+		return -1;
+	}
+	int r = run_locked(req, sb, rq, o, res);
 	lbd_sandbox_release(d, sb);
 	atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
-	if (!ran)
-		goto out;
+	return r;
+}
 
+/* Step 3: the answer, output cut to the request's limit as valid UTF-8. Frees o->x. */
+static void answer_run(const struct run_request *rq, struct run_outcome *o, struct lbd_res *res)
+{
+	const struct lb_store_run *run = &o->run;
+	struct lb_exec_result *x = &o->x;
+	const struct lbd_ensure_result *er = &o->er;
 	struct lbd_cut out = { 0 }, errc = { 0 };
-	if (lbd_cut_output(x.stdout_buf, x.stdout_len, x.stdout_total, (size_t)limit, true, &out) < 0 ||
-	    lbd_cut_output(x.stderr_buf, x.stderr_len, x.stderr_total, (size_t)limit, false, &errc) < 0) {
+	if (lbd_cut_output(x->stdout_buf, x->stdout_len, x->stdout_total, (size_t)rq->limit, true, &out) < 0 ||
+	    lbd_cut_output(x->stderr_buf, x->stderr_len, x->stderr_total, (size_t)rq->limit, false, &errc) < 0) {
 		free(out.text);
-		lb_exec_result_free(&x);
+		lb_exec_result_free(x);
 		lbd_res_error(res, 500, "internal", "Out of memory while preparing the output.");
-		goto out;
+		return;
 	}
 	yajl_gen g = lbd_gen_new();
 	yajl_gen_map_open(g);
-	lbd_gen_str(g, "id", run.id);
-	lbd_gen_str(g, "sandbox", run.sandbox);
-	lbd_gen_str(g, "language", run.language);
-	if (run.exited)
-		lbd_gen_int(g, "exit_code", run.exit_code);
+	lbd_gen_str(g, "id", run->id);
+	lbd_gen_str(g, "sandbox", run->sandbox);
+	lbd_gen_str(g, "language", run->language);
+	if (run->exited)
+		lbd_gen_int(g, "exit_code", run->exit_code);
 	else
 		lbd_gen_null(g, "exit_code");
-	lbd_gen_int(g, "signal", run.signal);
-	lbd_gen_bool(g, "timed_out", run.timed_out);
-	lbd_gen_bool(g, "oom_killed", run.oom_killed);
-	lbd_gen_bool(g, "pids_limited", run.pids_limited);
-	lbd_gen_uint(g, "network_blocked", run.network_blocked);
-	gen_refused(g, &x, run.network_blocked);
-	lbd_gen_uint(g, "duration_ms", run.duration_ms);
-	lbd_gen_uint(g, "cpu_ms", run.cpu_ms);
-	lbd_gen_uint(g, "peak_memory_bytes", run.peak_memory_bytes);
+	lbd_gen_int(g, "signal", run->signal);
+	lbd_gen_bool(g, "timed_out", run->timed_out);
+	lbd_gen_bool(g, "oom_killed", run->oom_killed);
+	lbd_gen_bool(g, "pids_limited", run->pids_limited);
+	lbd_gen_uint(g, "network_blocked", run->network_blocked);
+	gen_refused(g, x, run->network_blocked);
+	lbd_gen_uint(g, "duration_ms", run->duration_ms);
+	lbd_gen_uint(g, "cpu_ms", run->cpu_ms);
+	lbd_gen_uint(g, "peak_memory_bytes", run->peak_memory_bytes);
 	lbd_gen_strn(g, "stdout", out.text, out.len);
-	lbd_gen_uint(g, "stdout_bytes", run.stdout_bytes);
+	lbd_gen_uint(g, "stdout_bytes", run->stdout_bytes);
 	lbd_gen_bool(g, "stdout_truncated", out.truncated);
 	lbd_gen_strn(g, "stderr", errc.text, errc.len);
-	lbd_gen_uint(g, "stderr_bytes", run.stderr_bytes);
+	lbd_gen_uint(g, "stderr_bytes", run->stderr_bytes);
 	lbd_gen_bool(g, "stderr_truncated", errc.truncated);
-	lbd_gen_bool(g, "sandbox_created", er.created);
-	lbd_gen_bool(g, "sandbox_started", er.started);
-	lbd_gen_str(g, "recreated", er.recreated[0] ? er.recreated : NULL);
-	lbd_gen_bool(g, "image_pulled", er.image_pulled);
-	if (er.image_pulled)
-		lbd_gen_uint(g, "image_pull_ms", er.image_pull_ms);
-	lbd_gen_str(g, "message", run.message[0] ? run.message : NULL);
+	lbd_gen_bool(g, "sandbox_created", er->created);
+	lbd_gen_bool(g, "sandbox_started", er->started);
+	lbd_gen_str(g, "recreated", er->recreated[0] ? er->recreated : NULL);
+	lbd_gen_bool(g, "image_pulled", er->image_pulled);
+	if (er->image_pulled)
+		lbd_gen_uint(g, "image_pull_ms", er->image_pull_ms);
+	lbd_gen_str(g, "message", run->message[0] ? run->message : NULL);
 	yajl_gen_map_close(g);
 	lbd_gen_finish(g, res, 200);
 	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s language=%s exit_code=%d signal=%d run_ms=%llu%s%s",
-		 run.id, run.language, run.exited ? run.exit_code : -1, run.signal, (unsigned long long)run.duration_ms,
-		 run.timed_out ? " timed_out=1" : "", run.oom_killed ? " oom_killed=1" : "");
+		 run->id, run->language, run->exited ? run->exit_code : -1, run->signal,
+		 (unsigned long long)run->duration_ms, run->timed_out ? " timed_out=1" : "",
+		 run->oom_killed ? " oom_killed=1" : "");
 	free(out.text);
 	free(errc.text);
-	lb_exec_result_free(&x);
-out:
+	lb_exec_result_free(x);
+}
+
+void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
+{
+	struct lbd_fail f = { 0 };
+	yajl_val root = NULL;
+	if (lbd_json_object(req->body, req->body_len, lbd_run_fields, LBD_RUN_FIELDS, &root, &f) < 0) {
+		lbd_res_fail(res, &f);
+		return;
+	}
+	/* root lives until the answer is made: rq's language and source point into it. */
+	struct run_request rq;
+	struct run_outcome o = { 0 };
+	if (read_run_request(req->d, root, &rq, res) == 0 && run_in_sandbox(req, &rq, &o, res) == 0)
+		answer_run(&rq, &o, res);
 	yajl_tree_free(root);
 }
 

@@ -132,11 +132,6 @@ static const char *too_large_code(const struct conn_req *cr)
 	return cr->route.too_large_code ? cr->route.too_large_code : "body_too_large";
 }
 
-const char *lbd_http_query_raw(struct lbd_req *req, const char *key)
-{
-	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
-}
-
 static void copy_for_log(char *dst, size_t size, const char *s)
 {
 	size_t i = 0;

@@ -19,16 +19,6 @@
 #include "lb/cleanup.h"
 #include "lb/units.h"
 
-void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
-{
-	f->status = status;
-	snprintf(f->code, sizeof(f->code), "%s", code);
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(f->message, sizeof(f->message), fmt, ap);
-	va_end(ap);
-}
-
 yajl_val lbd_json_get(yajl_val obj, const char *key)
 {
 	if (!obj || !YAJL_IS_OBJECT(obj))
@@ -181,24 +171,10 @@ static int int_in_range(yajl_val v, const char *field, long long min, long long 
 	return 0;
 }
 
-void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req)
-{
-	struct lbd_fail f;
-	lbd_json_spec(d, NULL, req, &f); /* with no object it only fills defaults and cannot fail */
-}
-
 int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *req, struct lbd_fail *f)
 {
-	memset(req, 0, sizeof(*req));
-	const struct lbd_config *c = &d->cfg;
+	lbd_spec_defaults(d, req);
 	struct lb_store_spec *s = &req->spec;
-	snprintf(s->image, sizeof(s->image), "%s", c->default_image);
-	s->network = c->default_network;
-	s->cpu_millicores = c->default_cpu_millicores;
-	s->memory_bytes = c->default_memory_bytes;
-	s->disk_bytes = c->default_disk_bytes;
-	s->idle_seconds = c->idle_seconds;
-	s->keep_seconds = c->keep_seconds;
 	if (!obj)
 		return 0;
 	int r = lbd_json_check(obj, "the sandbox spec", spec_fields, LB_ARRAY_SIZE(spec_fields), f);

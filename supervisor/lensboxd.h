@@ -5,16 +5,18 @@
  * (read-only after start) nothing is global. The parts:
  *
  *   http.c        the Unix socket, libmicrohttpd (thread per connection), peer credentials, bounded bodies
- *   routes.c      URL -> handler, percent-decoding, name validation, the error envelope
- *   api_*.c       one file per resource: health, sandboxes, runs, files, metrics
- *   json.c        yajl-based request validation and response generation
+ *   request.c     what a handler reads of its request: query-string arguments, percent-decoding
+ *   routes.c      URL -> handler, name validation
+ *   api_*.c       one file per resource: health and metrics, sandboxes, runs and the ledger, files, images
+ *   json.c        yajl-based request validation and response generation, the error envelope
  *   sandboxes.c   the table of sandboxes: per-sandbox FIFO turn, start/stop/recreate/delete, max_running
- *   runs.c        one run: source file, exec, output cutting, the ledger row, the result
+ *   spec.c        what a sandbox is made from: config defaults, runner key, storage path, the runner's spec
  *   files.c       file transfer into and out of a sandbox's storage without following its symlinks
  *   timers.c      idle stop and keep-hours deletion
  *   spares.c      sandboxes started ahead of time, handed to new conversations
  *   images.c      image reference -> unpacked rootfs and digest
- *   metrics.c     in-memory counters that the store does not keep (API requests by status)
+ *   clock.c       wall-clock and monotonic milliseconds
+ *   fail.c        an operation's outcome for the HTTP layer (struct lbd_fail)
  */
 #ifndef LBD_LENSBOXD_H
 #define LBD_LENSBOXD_H
@@ -33,6 +35,7 @@
 
 struct lbd_sandbox; /* sandboxes.c */
 struct lbd_spares;  /* spares.c */
+struct lbd_image;   /* images.c */
 struct lb_images;   /* images/ */
 struct lb_net;	    /* netfilter/ */
 
@@ -81,13 +84,59 @@ struct lbd {
 	struct lbd_metrics metrics;
 };
 
+/* ---- clock.c ---- */
+
 /* Milliseconds since the epoch (CLOCK_REALTIME), as the store keeps times. */
 int64_t lbd_now_ms(void);
 /* Monotonic milliseconds, for durations. */
 uint64_t lbd_mono_ms(void);
 
+/* ---- fail.c ---- */
+
+/* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
+struct lbd_fail {
+	int status; /* 0: success */
+	char code[48];
+	char message[LB_ERROR_MSG_MAX + 64];
+};
+void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- spec.c ---- */
+
 /* Why sandboxes cannot run here (policy not loaded, host facts), or NULL when they can. */
 const char *lbd_cannot_run(const struct lbd *d);
+
+/* A request to ensure a sandbox: which fields the client gave (others come from config defaults). */
+struct lbd_spec_request {
+	bool has_image, has_network, has_cpu, has_memory, has_disk, has_idle, has_keep;
+	struct lb_store_spec spec;
+};
+
+/* A spec request with every field from the config defaults, none marked given. */
+void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req);
+
+/* The runner's name for a sandbox, and the name of its storage directory: "u<host uid>". The host uid is unique
+ * among sandboxes and spares (the store's allocator), so the key is too; it does not change when a spare started
+ * under it is handed to a named sandbox, which is what lets a spare be started before its name is known. */
+#define LBD_RUNNER_KEY_MAX 16
+void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX]);
+/* <state_dir>/sandboxes/<runner key>: the storage (disk image, lock) of the sandbox or spare holding host_uid. */
+void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size);
+/* The runner's spec for a sandbox of store spec `spec` under host uid `uid`, from image `img`: the one place that
+ * turns a spec into limits, tier and policy, so a spare and a sandbox started on demand are built alike. key and
+ * storage are the caller's (lbd_runner_key, lbd_storage_path) and, like img, must outlive *ret. */
+void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
+		     const char *key, const char *storage, struct lb_sandbox_spec *ret);
+/* Every sandbox lensboxd starts has this hostname: a spare is started before it has a name, and a conversation's
+ * name is no business of the code it runs. */
+#define LBD_SANDBOX_HOSTNAME "sandbox"
+/* What a run's program gets on top of the runner's clean environment (and a spare's warming run too, so that it
+ * warms the same lookups: Python searches PYTHONPATH first for every module it imports at start). */
+#define LBD_RUN_ENV_INIT                                     \
+	{                                                    \
+		"HOME=/sandbox", "PYTHONPATH=/sandbox", NULL \
+	}
 
 /* ---- images.c ---- */
 
@@ -146,43 +195,6 @@ void lbd_images_tick(struct lbd *d);
 
 /* ---- sandboxes.c ---- */
 
-/* The runner's name for a sandbox, and the name of its storage directory: "u<host uid>". The host uid is unique
- * among sandboxes and spares (the store's allocator), so the key is too; it does not change when a spare started
- * under it is handed to a named sandbox, which is what lets a spare be started before its name is known. */
-#define LBD_RUNNER_KEY_MAX 16
-void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX]);
-/* <state_dir>/sandboxes/<runner key>: the storage (disk image, lock) of the sandbox or spare holding host_uid. */
-void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size);
-/* The runner's spec for a sandbox of store spec `spec` under host uid `uid`, from image `img`: the one place that
- * turns a spec into limits, tier and policy, so a spare and a sandbox started on demand are built alike. key and
- * storage are the caller's (lbd_runner_key, lbd_storage_path) and, like img, must outlive *ret. */
-void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
-		     const char *key, const char *storage, struct lb_sandbox_spec *ret);
-/* Every sandbox lensboxd starts has this hostname: a spare is started before it has a name, and a conversation's
- * name is no business of the code it runs. */
-#define LBD_SANDBOX_HOSTNAME "sandbox"
-/* What a run's program gets on top of the runner's clean environment (and a spare's warming run too, so that it
- * warms the same lookups: Python searches PYTHONPATH first for every module it imports at start). */
-#define LBD_RUN_ENV_INIT                                     \
-	{                                                    \
-		"HOME=/sandbox", "PYTHONPATH=/sandbox", NULL \
-	}
-
-/* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
-struct lbd_fail {
-	int status; /* 0: success */
-	char code[48];
-	char message[LB_ERROR_MSG_MAX + 64];
-};
-void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-/* A request to ensure a sandbox: which fields the client gave (others come from config defaults). */
-struct lbd_spec_request {
-	bool has_image, has_network, has_cpu, has_memory, has_disk, has_idle, has_keep;
-	struct lb_store_spec spec;
-};
-
 /* What ensuring did. */
 struct lbd_ensure_result {
 	bool created;
@@ -220,9 +232,6 @@ void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb);
 /* Records a use now in memory only (LRU order), for a caller that writes the store's last_used_at itself (a run:
  * lb_store_run_insert). */
 void lbd_sandbox_note_use(struct lbd *d, struct lbd_sandbox *sb);
-/* A spec request with every field from the config defaults (json.c). */
-void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req);
-
 /* Storage access for file transfer, without taking a turn (a slow run must not delay file requests). Opens the
  * root of the sandbox's storage filesystem as an O_PATH directory fd, starting the sandbox when it is stopped.
  * While the returned fd is in use the sandbox is pinned running: call lbd_storage_unpin() after, on the same

@@ -107,7 +107,16 @@ static void raise_fd_limit(void)
 		lb_warn(NULL, "raising the open-file limit to %llu: %s", (unsigned long long)want, strerror(errno));
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for: the config file, the keys it overrides, and whether only to print the result. */
+struct flags {
+	const char *config_path;
+	bool config_given, check_only;
+	struct override ov[128];
+	size_t n_ov;
+};
+
+/* Step 1: the flags. -1 to go on; else the exit status (help and version printed, or a bad flag reported). */
+static int parse_flags(int argc, char **argv, struct flags *ret)
 {
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },   { "socket", required_argument, NULL, 's' },
@@ -117,17 +126,17 @@ int main(int argc, char **argv)
 		{ "check-config", no_argument, NULL, 6 },     { "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },	      { NULL, 0, NULL, 0 },
 	};
-	const char *config_path = DEFAULT_CONFIG;
-	bool config_given = false, check_only = false;
-	struct override ov[128];
-	size_t n_ov = 0;
+	ret->config_path = DEFAULT_CONFIG;
+	ret->config_given = ret->check_only = false;
+	ret->n_ov = 0;
+	struct override *ov = ret->ov;
 	int c;
 	while ((c = getopt_long(argc, argv, "c:s:o:hV", opts, NULL)) != -1) {
 		const char *key = NULL;
 		switch (c) {
 		case 'c':
-			config_path = optarg;
-			config_given = true;
+			ret->config_path = optarg;
+			ret->config_given = true;
 			continue;
 		case 's':
 			key = "socket";
@@ -148,7 +157,7 @@ int main(int argc, char **argv)
 			key = "log_level";
 			break;
 		case 6:
-			check_only = true;
+			ret->check_only = true;
 			continue;
 		case 'o': {
 			char *eq = strchr(optarg, '=');
@@ -156,12 +165,12 @@ int main(int argc, char **argv)
 				fprintf(stderr, "lensboxd: --set takes KEY=VALUE, not `%s`\n", optarg);
 				return 2;
 			}
-			if (n_ov == LB_ARRAY_SIZE(ov)) {
+			if (ret->n_ov == LB_ARRAY_SIZE(ret->ov)) {
 				fprintf(stderr, "lensboxd: too many --set options\n");
 				return 2;
 			}
-			snprintf(ov[n_ov].key, sizeof(ov[n_ov].key), "%.*s", (int)(eq - optarg), optarg);
-			ov[n_ov++].value = eq + 1;
+			snprintf(ov[ret->n_ov].key, sizeof(ov[ret->n_ov].key), "%.*s", (int)(eq - optarg), optarg);
+			ov[ret->n_ov++].value = eq + 1;
 			continue;
 		}
 		case 'h':
@@ -174,127 +183,148 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
-		if (n_ov == LB_ARRAY_SIZE(ov))
+		if (ret->n_ov == LB_ARRAY_SIZE(ret->ov))
 			return 2;
-		snprintf(ov[n_ov].key, sizeof(ov[n_ov].key), "%s", key);
-		ov[n_ov++].value = optarg;
+		snprintf(ov[ret->n_ov].key, sizeof(ov[ret->n_ov].key), "%s", key);
+		ov[ret->n_ov++].value = optarg;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "lensboxd: unexpected argument `%s`\n", argv[optind]);
 		return 2;
 	}
+	return -1;
+}
 
-	static struct lbd d; /* the daemon's context: passed by pointer everywhere, static only for its size */
+/* Step 2: the config file, then the flags over it, validated; with --check-config, printed. -1 to go on; else the
+ * exit status. */
+static int load_config(struct lbd *d, const struct flags *fl)
+{
 	struct lb_error err = { 0 };
-	lbd_config_defaults(&d.cfg);
-	if (lbd_config_load(&d.cfg, config_path, !config_given, &err) < 0) {
+	lbd_config_defaults(&d->cfg);
+	if (lbd_config_load(&d->cfg, fl->config_path, !fl->config_given, &err) < 0) {
 		fprintf(stderr, "lensboxd: %s\n", err.msg);
 		return 2;
 	}
-	for (size_t i = 0; i < n_ov; i++)
-		if (lbd_config_set(&d.cfg, ov[i].key, ov[i].value, &err) < 0) {
+	for (size_t i = 0; i < fl->n_ov; i++)
+		if (lbd_config_set(&d->cfg, fl->ov[i].key, fl->ov[i].value, &err) < 0) {
 			fprintf(stderr, "lensboxd: %s\n", err.msg);
 			return 2;
 		}
-	if (lbd_config_validate(&d.cfg, &err) < 0) {
+	if (lbd_config_validate(&d->cfg, &err) < 0) {
 		fprintf(stderr, "lensboxd: %s\n", err.msg);
 		return 2;
 	}
-	if (check_only) {
+	if (fl->check_only) {
 		printf("socket = %s\nstate_dir = %s\nrun_dir = %s\npolicy_dir = %s\nimages_dir = %s\n"
 		       "default_image = %s\nidle_seconds = %llu\nkeep_seconds = %llu\nmax_running = %u\n",
-		       d.cfg.socket_path, d.cfg.state_dir, d.cfg.run_dir, d.cfg.policy_dir, d.cfg.images_dir,
-		       d.cfg.default_image, (unsigned long long)d.cfg.idle_seconds,
-		       (unsigned long long)d.cfg.keep_seconds, d.cfg.max_running);
+		       d->cfg.socket_path, d->cfg.state_dir, d->cfg.run_dir, d->cfg.policy_dir, d->cfg.images_dir,
+		       d->cfg.default_image, (unsigned long long)d->cfg.idle_seconds,
+		       (unsigned long long)d->cfg.keep_seconds, d->cfg.max_running);
 		return 0;
 	}
-	lb_log_set_level(d.cfg.log_level);
-	d.started_at_ms = lbd_now_ms();
+	return -1;
+}
 
-	/* Signals are taken by sigwait() in this thread only; every thread created later inherits the mask. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+/* Step 3: the process itself. Signals are taken by sigwait() in this thread only (*set); every thread created
+ * later inherits the mask. */
+static void prepare_process(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, set, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a client that disconnects must not kill the daemon */
 	umask(0022);		  /* runner/ creates directories the sandbox's uid must enter; private ones pass 0700 */
 	raise_fd_limit();
+}
 
+/* Step 4: the state and run directories, the policy and host facts (not fatal: health says why sandboxes cannot
+ * run), the images, the store and reconciliation. 0, or 1 (logged) when the daemon cannot go on. */
+static int open_state(struct lbd *d)
+{
+	struct lb_error err = { 0 };
 	if (geteuid() != 0)
 		lb_warn(NULL, "lensboxd is not running as root: sandboxes will not start");
-	int r = lb_mkdir_p(d.cfg.state_dir, 0700);
+	int r = lb_mkdir_p(d->cfg.state_dir, 0700);
 	if (r < 0) {
-		lb_error(NULL, "creating the state directory %s: %s", d.cfg.state_dir, strerror(-r));
+		lb_error(NULL, "creating the state directory %s: %s", d->cfg.state_dir, strerror(-r));
 		return 1;
 	}
-	r = lb_mkdir_p(d.cfg.run_dir, 0700);
+	r = lb_mkdir_p(d->cfg.run_dir, 0700);
 	if (r < 0) {
-		lb_error(NULL, "creating the run directory %s: %s", d.cfg.run_dir, strerror(-r));
+		lb_error(NULL, "creating the run directory %s: %s", d->cfg.run_dir, strerror(-r));
 		return 1;
 	}
 
-	if (lb_policy_load(d.cfg.policy_dir, &d.policy, &err) < 0) {
-		snprintf(d.policy_error, sizeof(d.policy_error), "the policy in %s could not be loaded: %s",
-			 d.cfg.policy_dir, err.msg);
-		lb_error(NULL, "%s", d.policy_error);
-		d.policy = NULL;
+	if (lb_policy_load(d->cfg.policy_dir, &d->policy, &err) < 0) {
+		snprintf(d->policy_error, sizeof(d->policy_error), "the policy in %s could not be loaded: %s",
+			 d->cfg.policy_dir, err.msg);
+		lb_error(NULL, "%s", d->policy_error);
+		d->policy = NULL;
 	}
-	if (d.policy) {
-		lb_host_probe(d.policy, &d.host);
-		if (d.host.why_not[0])
-			lb_warn(NULL, "sandboxes cannot run on this host: %s", d.host.why_not);
+	if (d->policy) {
+		lb_host_probe(d->policy, &d->host);
+		if (d->host.why_not[0])
+			lb_warn(NULL, "sandboxes cannot run on this host: %s", d->host.why_not);
 	}
 
-	if (lbd_images_open(&d, &err) < 0)
+	if (lbd_images_open(d, &err) < 0)
 		lb_error(NULL, "%s (runs will answer image_unavailable)", err.msg);
 
 	char db[512];
-	snprintf(db, sizeof(db), "%s/state.db", d.cfg.state_dir);
+	snprintf(db, sizeof(db), "%s/state.db", d->cfg.state_dir);
 	struct lb_store_config sc = { .path = db,
-				      .uid_base = d.cfg.uid_range_start,
-				      .uid_count = d.cfg.uid_range_count };
-	if (lb_store_open(&sc, &d.store, &err) < 0) {
+				      .uid_base = d->cfg.uid_range_start,
+				      .uid_count = d->cfg.uid_range_count };
+	if (lb_store_open(&sc, &d->store, &err) < 0) {
 		lb_error(NULL, "opening the store: %s", err.msg);
 		return 1;
 	}
-	if (lbd_sandboxes_init(&d, &err) < 0 || lbd_reconcile(&d, &err) < 0 || lbd_spares_reconcile(&d, &err) < 0) {
+	if (lbd_sandboxes_init(d, &err) < 0 || lbd_reconcile(d, &err) < 0 || lbd_spares_reconcile(d, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
-		lb_store_close(d.store);
+		lb_store_close(d->store);
 		return 1;
 	}
+	return 0;
+}
+
+/* Step 5: the leaf cgroup, the network tiers, spares, the API socket and the timers. 0, or 1 (logged, what was
+ * started stopped again and the store closed) when the daemon cannot serve. */
+static int start_serving(struct lbd *d, struct lbd_http **ret_http, pthread_t *ret_timer)
+{
+	struct lb_error err = { 0 };
 	/* The leaf first: the services' supervisor is forked by lbd_network_start() and stays in our cgroup. */
 	move_to_leaf_cgroup();
-	lbd_network_start(&d);
-	/* Before the API's threads exist, which read d.spares; not fatal: new sandboxes are then started on demand. */
-	if (lbd_spares_start(&d, &err) < 0)
+	lbd_network_start(d);
+	/* Before the API's threads exist, which read d->spares; not fatal: new sandboxes are then started on demand. */
+	if (lbd_spares_start(d, &err) < 0)
 		lb_warn(NULL, "%s", err.msg);
 
 	struct lbd_http *http = NULL;
-	if (lbd_http_start(&d, &http, &err) < 0) {
+	if (lbd_http_start(d, &http, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
-		lbd_spares_stop(&d);
-		lb_store_close(d.store);
+		lbd_spares_stop(d);
+		lb_store_close(d->store);
 		return 1;
 	}
-	pthread_t timer;
-	if (lbd_timers_start(&d, &timer, &err) < 0) {
+	if (lbd_timers_start(d, ret_timer, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
 		lbd_http_stop(http);
-		lbd_spares_stop(&d);
-		lb_store_close(d.store);
+		lbd_spares_stop(d);
+		lb_store_close(d->store);
 		return 1;
 	}
+	*ret_http = http;
+	return 0;
+}
 
-	char fields[1024];
-	snprintf(fields, sizeof(fields), "socket=%s state_dir=%s version=%s can_run=%s", d.cfg.socket_path,
-		 d.cfg.state_dir, LENSBOX_VERSION, lbd_cannot_run(&d) ? "false" : "true");
-	lb_info(fields, "lensboxd ready");
-
+/* Step 6: until SIGTERM or SIGINT; SIGHUP only says that the configuration is read at start. */
+static void wait_for_stop(const sigset_t *set)
+{
 	for (;;) {
 		int sig = 0;
-		if (sigwait(&set, &sig) != 0)
+		if (sigwait(set, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
 			lb_info(NULL, "SIGHUP: configuration is read at start only; restart lensboxd to change it");
@@ -303,15 +333,52 @@ int main(int argc, char **argv)
 		lb_info(NULL, "signal %d: shutting down", sig);
 		break;
 	}
-	atomic_store(&d.stopping, true);
+}
+
+/* Step 7: the server first (no new work), then the timers, spares, every sandbox (files stay), the network, the
+ * store, the images and the policy. */
+static void shut_down(struct lbd *d, struct lbd_http *http, pthread_t timer)
+{
+	atomic_store(&d->stopping, true);
 	lbd_http_stop(http);
 	pthread_join(timer, NULL);
-	lbd_spares_stop(&d);
-	lbd_sandboxes_shutdown(&d);
-	lbd_network_stop(&d);
-	lb_store_close(d.store);
-	lbd_images_close(&d);
-	lb_policy_free(d.policy);
+	lbd_spares_stop(d);
+	lbd_sandboxes_shutdown(d);
+	lbd_network_stop(d);
+	lb_store_close(d->store);
+	lbd_images_close(d);
+	lb_policy_free(d->policy);
 	lb_info(NULL, "lensboxd stopped");
+}
+
+int main(int argc, char **argv)
+{
+	struct flags fl;
+	int r = parse_flags(argc, argv, &fl);
+	if (r >= 0)
+		return r;
+	static struct lbd d; /* the daemon's context: passed by pointer everywhere, static only for its size */
+	r = load_config(&d, &fl);
+	if (r >= 0)
+		return r;
+	lb_log_set_level(d.cfg.log_level);
+	d.started_at_ms = lbd_now_ms();
+
+	sigset_t set;
+	prepare_process(&set);
+	if (open_state(&d) != 0)
+		return 1;
+	struct lbd_http *http = NULL;
+	pthread_t timer;
+	if (start_serving(&d, &http, &timer) != 0)
+		return 1;
+
+	char fields[1024];
+	snprintf(fields, sizeof(fields), "socket=%s state_dir=%s version=%s can_run=%s", d.cfg.socket_path,
+		 d.cfg.state_dir, LENSBOX_VERSION, lbd_cannot_run(&d) ? "false" : "true");
+	lb_info(fields, "lensboxd ready");
+
+	wait_for_stop(&set);
+	shut_down(&d, http, timer);
 	return 0;
 }

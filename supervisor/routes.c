@@ -14,49 +14,6 @@
 #include "api.h"
 #include "lb/cleanup.h"
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-char *lbd_percent_decode(const char *s, size_t len)
-{
-	char *out = malloc(len + 1);
-	if (!out)
-		return NULL;
-	size_t o = 0;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-		if (c == '\0') {
-			free(out);
-			return NULL;
-		}
-		if (c == '%') {
-			if (i + 2 >= len) {
-				free(out);
-				return NULL;
-			}
-			int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
-			if (h < 0 || l < 0 || (h == 0 && l == 0)) {
-				free(out);
-				return NULL;
-			}
-			out[o++] = (char)(h * 16 + l);
-			i += 2;
-			continue;
-		}
-		out[o++] = c;
-	}
-	out[o] = '\0';
-	return out;
-}
-
 static bool name_valid(const char *n)
 {
 	size_t len = strlen(n);
@@ -70,28 +27,6 @@ static bool name_valid(const char *n)
 			return false;
 	}
 	return true;
-}
-
-char *lbd_req_query(struct lbd_req *req, const char *key, bool *ret_bad)
-{
-	const char *raw = lbd_http_query_raw(req, key);
-	*ret_bad = false;
-	if (!raw)
-		return NULL;
-	/* '+' means a space in query strings. */
-	char *plus = strdup(raw);
-	if (!plus) {
-		*ret_bad = true;
-		return NULL;
-	}
-	for (char *p = plus; *p; p++)
-		if (*p == '+')
-			*p = ' ';
-	char *v = lbd_percent_decode(plus, strlen(plus));
-	free(plus);
-	if (!v)
-		*ret_bad = true;
-	return v;
 }
 
 enum { M_GET = 1, M_PUT = 2, M_POST = 4, M_DELETE = 8 };

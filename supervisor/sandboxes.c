@@ -20,18 +20,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "lb/cleanup.h"
-#include "lb/images.h"
-#include "lb/netfilter.h"
 #include "lb/log.h"
 #include "lb/units.h"
 #include "lensboxd.h"
@@ -51,29 +47,6 @@ struct lbd_sandbox {
 	uint64_t last_used_mono;      /* for LRU eviction; under table_mu */
 };
 
-int64_t lbd_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-uint64_t lbd_mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-const char *lbd_cannot_run(const struct lbd *d)
-{
-	if (!d->policy)
-		return d->policy_error;
-	if (d->host.why_not[0])
-		return d->host.why_not;
-	return NULL;
-}
-
 const char *lbd_sandbox_name(const struct lbd_sandbox *sb)
 {
 	return sb->name;
@@ -82,45 +55,6 @@ const char *lbd_sandbox_name(const struct lbd_sandbox *sb)
 struct lb_sandbox *lbd_sandbox_live(struct lbd_sandbox *sb)
 {
 	return sb->live;
-}
-
-void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX])
-{
-	snprintf(buf, LBD_RUNNER_KEY_MAX, "u%" PRIu32, host_uid);
-}
-
-void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size)
-{
-	char key[LBD_RUNNER_KEY_MAX];
-	lbd_runner_key(host_uid, key);
-	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, key);
-}
-
-void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,
-		     const char *key, const char *storage, struct lb_sandbox_spec *ret)
-{
-	const struct lb_limits_policy *lp = &d->policy->limits;
-	*ret = (struct lb_sandbox_spec){
-		.name = key,
-		.hostname = LBD_SANDBOX_HOSTNAME,
-		.rootfs = img->info->rootfs,
-		.storage = storage,
-		.run_dir = d->cfg.run_dir,
-		.host_uid = uid,
-		.host_gid = uid,
-		/* its nobody and root: the same place in the two ranges above the sandboxes' (lbd_config_validate) */
-		.host_id_stride = d->cfg.uid_range_count,
-		.limits = { .cpu_millicores = spec->cpu_millicores,
-			    .memory_bytes = spec->memory_bytes,
-			    .pids = lp->pids,
-			    .disk_bytes = spec->disk_bytes ? spec->disk_bytes : d->cfg.default_disk_bytes,
-			    .tmp_bytes = lp->tmp_bytes,
-			    .shm_bytes = lp->shm_bytes },
-		.network = spec->network,
-		.image_env = (const char *const *)img->info->env,
-		.resolv_conf = lb_net_resolv_conf(spec->network),
-		.policy = d->policy,
-	};
 }
 
 static void log_fields(char *buf, size_t size, const char *name, const char *fmt, ...)
