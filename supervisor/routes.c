@@ -13,21 +13,7 @@
 
 #include "api.h"
 #include "lb/cleanup.h"
-
-static bool name_valid(const char *n)
-{
-	size_t len = strlen(n);
-	if (len < 1 || len > 63)
-		return false;
-	if (!(islower((unsigned char)n[0]) || isdigit((unsigned char)n[0])))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)n[i];
-		if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '.' && c != '_' && c != '-')
-			return false;
-	}
-	return true;
-}
+#include "lb/name.h"
 
 enum { M_GET = 1, M_PUT = 2, M_POST = 4, M_DELETE = 8 };
 
@@ -139,7 +125,7 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (seg == 0)
 		return not_found(res);
 	char *name = lbd_percent_decode(p, seg);
-	bool valid = name && name_valid(name);
+	bool valid = name && lb_sandbox_name_valid(name);
 	if (valid)
 		snprintf(ret->name, sizeof(ret->name), "%s", name);
 	free(name);
