@@ -147,7 +147,7 @@ const char *lb_ll_audit_why_not(int landlock_abi)
 	close(fd);
 	/* The status on a socket of its own: one bound to the read-log group may queue records before the answer. */
 	fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_AUDIT);
-	struct audit_status st;
+	struct audit_status st = { 0 };
 	int r = fd < 0 ? -errno : audit_get(fd, &st);
 	if (fd >= 0)
 		close(fd);

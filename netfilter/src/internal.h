@@ -18,7 +18,6 @@
 #include "lb/tier.h"
 #include "lb/netparse.h"
 
-
 struct lb_slot {
 	bool used;
 	enum lb_tier tier;

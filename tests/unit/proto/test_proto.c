@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -153,7 +154,7 @@ static void forged_requests_refused(void **state)
 	static const char *const bad_names[] = { "", "../etc", "Chat", "-x", "a/b", "a b" };
 	for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
 		memset(&n, 0, sizeof(n));
-		strcpy(n.name, bad_names[i]);
+		snprintf(n.name, sizeof(n.name), "%s", bad_names[i]);
 		assert_int_equal(forge(buf, frame(buf, LBP_SANDBOX_DELETE, &n, sizeof(n), 0), NULL, 0, &m), -EBADMSG);
 	}
 	/* a name with no NUL inside its array */
@@ -192,7 +193,7 @@ static void forged_requests_refused(void **state)
 	static const char *const bad_paths[] = { "../x", "a/../../b", "/etc/passwd", "a//b", "a/./b", "a/", "x\n" };
 	for (size_t i = 0; i < sizeof(bad_paths) / sizeof(bad_paths[0]); i++) {
 		struct lbp_file f = { .name = "chat" };
-		strcpy(f.path, bad_paths[i]);
+		snprintf(f.path, sizeof(f.path), "%s", bad_paths[i]);
 		assert_int_equal(forge(buf, frame(buf, LBP_FILE_GET, &f, sizeof(f), 0), NULL, 0, &m), -EBADMSG);
 	}
 	struct lbp_file empty = { .name = "chat" };

@@ -21,7 +21,8 @@ static size_t msg(char *buf, size_t off, int type, const char *text)
 	size_t len = strlen(text);
 	struct nlmsghdr h = { .nlmsg_len = (uint32_t)NLMSG_LENGTH(len), .nlmsg_type = (uint16_t)type };
 	memcpy(buf + off, &h, sizeof(h));
-	memcpy(buf + off + NLMSG_HDRLEN, text, len);
+	/* as the kernel sends it: not NUL-terminated */
+	memcpy(buf + off + NLMSG_HDRLEN, text, len); // NOLINT(bugprone-not-null-terminated-result)
 	return off + NLMSG_ALIGN(h.nlmsg_len);
 }
 

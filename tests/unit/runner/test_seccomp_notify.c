@@ -355,7 +355,9 @@ static void answers_with_the_policys_errno_and_counts(void **state)
 	};
 	assert_int_equal(recvmsg(sp[0], &mh, MSG_CMSG_CLOEXEC), 1);
 	int lfd;
-	memcpy(&lfd, CMSG_DATA(CMSG_FIRSTHDR(&mh)), sizeof(int));
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	assert_non_null(cm);
+	memcpy(&lfd, CMSG_DATA(cm), sizeof(int));
 	close(sp[0]);
 	struct lb_syscall_tally t;
 	memset(&t, 0, sizeof(t));

@@ -301,7 +301,7 @@ static void bad_input_is_refused(void **state)
 	struct lb_store_spec net = spec_of("python:3.12-slim", "off");
 	net.network = LB_TIER_COUNT; /* no tier: refused, never stored as some other tier */
 	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &net, NULL, 1, NULL, NULL, &err), -EINVAL);
-	net.network = (enum lb_tier)-1;
+	net.network = (enum lb_tier) - 1;
 	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &net, NULL, 1, NULL, NULL, &err), -EINVAL);
 	struct lb_store_spec empty = spec_of("", "off");
 	assert_int_equal(lb_store_sandbox_put(f->s, "ok", &empty, NULL, 1, NULL, NULL, &err), -EINVAL);
