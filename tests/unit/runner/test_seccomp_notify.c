@@ -356,7 +356,10 @@ static void answers_with_the_policys_errno_and_counts(void **state)
 	assert_int_equal(recvmsg(sp[0], &mh, MSG_CMSG_CLOEXEC), 1);
 	int lfd;
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	assert_non_null(cm);
+	if (!cm) {
+		fail_msg("the listener did not come with the message");
+		return;
+	}
 	memcpy(&lfd, CMSG_DATA(cm), sizeof(int));
 	close(sp[0]);
 	struct lb_syscall_tally t;
