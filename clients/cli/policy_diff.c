@@ -31,31 +31,21 @@
 #include "lb/fileio.h"
 #include "lb/netparse.h"
 #include "lb/nftpolicy.h"
+#include "jtree.h"
 #include "policy.h"
 
 #define LISTING_MAX (64u << 20)
 #define MAX_SLOTS   16384
 #define MAX_DEPTH   64
 
-static void yajl_freep(yajl_val *v)
-{
-	if (*v)
-		yajl_tree_free(*v);
-}
-
 static yajl_val get(yajl_val o, const char *key)
 {
-	if (!YAJL_IS_OBJECT(o))
-		return NULL;
-	for (size_t i = 0; i < o->u.object.len; i++)
-		if (strcmp(o->u.object.keys[i], key) == 0)
-			return o->u.object.values[i];
-	return NULL;
+	return lbc_jtree_get(o, key);
 }
 
 static const char *str(yajl_val v)
 {
-	return YAJL_IS_STRING(v) && v->u.string ? v->u.string : "";
+	return lbc_jtree_str(v, "");
 }
 
 /* "sb<N>_..." -> N */
@@ -225,7 +215,7 @@ static int add_object(struct entries *e, const char *kind, yajl_val item, bool *
 static int listing_entries(const char *json, struct entries *e, bool *slots, struct lb_error *err)
 {
 	char ebuf[128] = "";
-	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(json, ebuf, sizeof(ebuf));
+	_cleanup_jtree_ yajl_val root = yajl_tree_parse(json, ebuf, sizeof(ebuf));
 	yajl_val arr = get(root, "nftables");
 	if (!YAJL_IS_ARRAY(arr))
 		return lb_error_setx(err, EBADMSG, "nft's listing is not what nft -j writes: %.100s", ebuf);

@@ -19,30 +19,20 @@
 #include <yajl/yajl_tree.h>
 
 #include "lb/cleanup.h"
+#include "jtree.h"
 #include "policy.h"
 
 #define MAX_RULES 4096
 #define MAX_DEPTH 16
 
-static void yajl_freep(yajl_val *v)
-{
-	if (*v)
-		yajl_tree_free(*v);
-}
-
 static yajl_val get(yajl_val o, const char *key)
 {
-	if (!YAJL_IS_OBJECT(o))
-		return NULL;
-	for (size_t i = 0; i < o->u.object.len; i++)
-		if (strcmp(o->u.object.keys[i], key) == 0)
-			return o->u.object.values[i];
-	return NULL;
+	return lbc_jtree_get(o, key);
 }
 
 static const char *str(yajl_val v)
 {
-	return YAJL_IS_STRING(v) && v->u.string ? v->u.string : NULL;
+	return lbc_jtree_str(v, NULL);
 }
 
 static bool depth_ok(const char *t, size_t len)
@@ -188,7 +178,7 @@ int lbc_seccomp_resolve(const char *json, size_t len, const char *arch, struct l
 	if (!depth_ok(json, len))
 		return lb_error_setx(err, EINVAL, "JSON nested deeper than %d", MAX_DEPTH);
 	char ebuf[128] = "";
-	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(json, ebuf, sizeof(ebuf));
+	_cleanup_jtree_ yajl_val root = yajl_tree_parse(json, ebuf, sizeof(ebuf));
 	if (!root)
 		return lb_error_setx(err, EINVAL, "invalid JSON: %.100s", ebuf);
 	struct lbc_sc_profile p = { 0 };

@@ -145,6 +145,17 @@ static void progress(const char *hex, uint64_t done, uint64_t total, void *ud)
 
 /* Each command gets the arguments after its name (argc may be 0) and returns the exit status. */
 
+/* What import and pull print once an image is in the store: its warning (if any), then "<config digest> <rootfs>". */
+static int print_stored(struct lb_image_info *info)
+{
+	const char *w = lb_image_info_warning(info);
+	if (w)
+		lb_warn(NULL, "%s", w);
+	printf("%s %s\n", info->config_digest, info->rootfs);
+	lb_image_info_free(info);
+	return 0;
+}
+
 static int cmd_import(struct lb_images *s, const char *cmd, int argc, char **argv)
 {
 	const char *file = NULL, *name = NULL, *ref = NULL;
@@ -170,12 +181,7 @@ static int cmd_import(struct lb_images *s, const char *cmd, int argc, char **arg
 		fail(cmd, &err);
 		return 1;
 	}
-	const char *w = lb_image_info_warning(info);
-	if (w)
-		lb_warn(NULL, "%s", w);
-	printf("%s %s\n", info->config_digest, info->rootfs);
-	lb_image_info_free(info);
-	return 0;
+	return print_stored(info);
 }
 
 static int cmd_pull(struct lb_images *s, const char *cmd, int argc, char **argv)
@@ -212,12 +218,7 @@ static int cmd_pull(struct lb_images *s, const char *cmd, int argc, char **argv)
 		fail(cmd, &err);
 		return 1;
 	}
-	const char *w = lb_image_info_warning(info);
-	if (w)
-		lb_warn(NULL, "%s", w);
-	printf("%s %s\n", info->config_digest, info->rootfs);
-	lb_image_info_free(info);
-	return 0;
+	return print_stored(info);
 }
 
 static int cmd_ls(struct lb_images *s, const char *cmd, int argc, char **argv)
