@@ -445,11 +445,10 @@ static pid_t clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg)
 #endif
 }
 
-/* Pipes must not sit on 0..2 (a caller with closed stdio) or dup2() in C2 would clobber them. */
-static int pipe_high(int fds[2])
+/* Moves both ends of a new pipe or socket pair above 0..2: a caller with closed stdio would get them there, and
+ * dup2() in C2 would clobber them. */
+static int fds_above_stdio(int fds[2])
 {
-	if (pipe2(fds, O_CLOEXEC) < 0)
-		return -errno;
 	for (int i = 0; i < 2; i++) {
 		if (fds[i] < 3) {
 			int n = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
@@ -462,22 +461,20 @@ static int pipe_high(int fds[2])
 	return 0;
 }
 
+static int pipe_high(int fds[2])
+{
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return -errno;
+	return fds_above_stdio(fds);
+}
+
 /* The report channel: a CLOEXEC socket pair rather than a pipe, so C2 can pass the seccomp listener (SCM_RIGHTS);
  * SOCK_SEQPACKET keeps each report one message and gives EOF once C1 and C2 are gone, as a pipe would. */
 static int report_pair(int fds[2])
 {
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) < 0)
 		return -errno;
-	for (int i = 0; i < 2; i++) {
-		if (fds[i] < 3) {
-			int n = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-			if (n < 0)
-				return -errno;
-			close(fds[i]);
-			fds[i] = n;
-		}
-	}
-	return 0;
+	return fds_above_stdio(fds);
 }
 
 /* One report; *ret_fd gets a descriptor that came with it (CLOEXEC), else -1. Returns false at EOF. */
