@@ -1,12 +1,12 @@
 /*
  * clock.c — the daemon's two clocks: wall-clock milliseconds as the store keeps times, and monotonic milliseconds
- * for durations, timers and rate limits (see lensboxd.h).
+ * for durations, timers and rate limits (see common.h).
  *
- * Runs in lensboxd (root) on any thread; pure reads of the kernel's clocks, no state, no privilege used.
+ * Runs in both of lensboxd's processes on any thread; pure reads of the kernel's clocks, no state, no privilege used.
  */
 #include <time.h>
 
-#include "lensboxd.h"
+#include "common.h"
 
 int64_t lbd_now_ms(void)
 {

@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,9 @@ static const struct key_def keys[] = {
 	{ "socket", K_PATH, F(socket_path), 0, 0, "/run/lensbox/lensboxd.sock", "the API's Unix socket" },
 	{ "socket_group", K_STRING, F(socket_group), 0, 0, "root",
 	  "group owning the socket and its directory (mode 0660 / 0750)" },
+	{ "api_user", K_STRING, F(api_user), 0, 0, "999999998",
+	  "user (name or numeric uid) the API process runs as: it parses every request, with no capability and no "
+	  "file access; not root, outside the sandboxes' uid range, not services_uid" },
 	{ "allowed_uids", K_UIDS, FN(allowed_uids), 0, 0, "",
 	  "peer uids allowed to call the API, comma-separated; empty: any the socket mode lets in" },
 	{ "allowed_gids", K_GIDS, FN(allowed_gids), 0, 0, "",
@@ -355,10 +359,47 @@ int lbd_config_validate(const struct lbd_config *cfg, struct lb_error *err)
 				     "services_uid %u lies in the sandboxes' ids (uid_range_start %u to "
 				     "uid_range_start + 3 * uid_range_count %u)",
 				     cfg->services_uid, cfg->uid_range_start, cfg->uid_range_count);
+	/* The API process is the one that parses hostile requests: it must hold nothing a sandbox or the services
+	 * could reach by sharing its ids. */
+	uid_t api_uid;
+	gid_t api_gid;
+	int r = lbd_config_api_ids(cfg, &api_uid, &api_gid, err);
+	if (r < 0)
+		return r;
+	if (api_uid == 0 || (api_uid >= cfg->uid_range_start && api_uid < end) ||
+	    (cfg->services_uid && api_uid == cfg->services_uid))
+		return lb_error_setx(err, ERANGE,
+				     "api_user `%s` (uid %u) must not be root, services_uid or in the sandboxes' ids "
+				     "(uid_range_start %u to uid_range_start + 3 * uid_range_count %u)",
+				     cfg->api_user, (unsigned)api_uid, cfg->uid_range_start, cfg->uid_range_count);
 	if (strlen(cfg->state_dir) > 150 || strlen(cfg->run_dir) > 150)
 		return lb_error_setx(err, ENAMETOOLONG, "state_dir and run_dir must be at most 150 characters");
 	if ((cfg->registry_ca_file[0] && cfg->registry_ca_file[0] != '/') ||
 	    (cfg->registry_credentials[0] && cfg->registry_credentials[0] != '/'))
 		return lb_error_setx(err, EINVAL, "registry_ca_file and registry_credentials must be absolute paths");
+	return 0;
+}
+
+int lbd_config_api_ids(const struct lbd_config *cfg, uid_t *ret_uid, gid_t *ret_gid, struct lb_error *err)
+{
+	const char *u = cfg->api_user;
+	char *end = NULL;
+	errno = 0;
+	unsigned long n = strtoul(u, &end, 10);
+	if (u[0] >= '0' && u[0] <= '9' && end && *end == '\0' && errno == 0 && n < UINT32_MAX) {
+		/* A numeric id, like services_uid: no file needs to belong to it, so it need not be in /etc/passwd. */
+		*ret_uid = (uid_t)n;
+		*ret_gid = (gid_t)n;
+		return 0;
+	}
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	if (getpwnam_r(u, &pw, buf, sizeof(buf), &res) != 0 || !res)
+		return lb_error_setx(err, ENOENT,
+				     "api_user `%s` does not exist: create it (useradd --system --no-create-home "
+				     "--shell /usr/sbin/nologin %s) or set api_user to a numeric uid",
+				     u, u);
+	*ret_uid = res->pw_uid;
+	*ret_gid = res->pw_gid;
 	return 0;
 }

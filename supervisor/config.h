@@ -23,6 +23,7 @@
 struct lbd_config {
 	char socket_path[256];		     /* the API's Unix socket */
 	char socket_group[64];		     /* group owning the socket and its directory ("" or "root": gid 0) */
+	char api_user[64];		     /* the API process's user: a name or a numeric uid */
 	uid_t allowed_uids[LBD_MAX_ALLOWED]; /* empty: any peer the socket's mode lets in */
 	size_t n_allowed_uids;
 	gid_t allowed_gids[LBD_MAX_ALLOWED];
@@ -64,6 +65,9 @@ struct lbd_config {
 
 	enum lb_log_level log_level;
 };
+
+/* The API process's uid and gid: api_user's when it is a name (its primary group), else the number for both. */
+int lbd_config_api_ids(const struct lbd_config *cfg, uid_t *ret_uid, gid_t *ret_gid, struct lb_error *err);
 
 /* Fills cfg with the documented defaults. */
 void lbd_config_defaults(struct lbd_config *cfg);

@@ -1,15 +1,14 @@
 /*
  * fail.c — filling a struct lbd_fail, the outcome of an operation on a sandbox or a request as the HTTP layer will
- * answer it: a status, an error code and one sentence (see lensboxd.h; api.h's lbd_res_fail turns it into the error
- * envelope).
+ * answer it: a status, an error code and one sentence (see common.h; lbd_res_fail turns it into the error envelope).
  *
- * Runs in lensboxd (root) on connection threads and the timer thread; pure, over the caller's struct. The message is
+ * Runs in both of lensboxd's processes on any thread; pure, over the caller's struct. The message is
  * cut to the struct's size, never overflowing it.
  */
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "lensboxd.h"
+#include "common.h"
 
 void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
 {

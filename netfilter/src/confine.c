@@ -29,7 +29,6 @@
  * A library function (no logging): lb_services_confine() returns 0 or a negative errno with err filled.
  */
 #include <errno.h>
-#include <sys/prctl.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stddef.h>
@@ -39,7 +38,7 @@
 
 #include "internal.h"
 #include "lb/cleanup.h"
-#include "lb/landlock-abi.h"
+#include "lb/landlock.h"
 
 /* Calls refused outright (EPERM). Names unknown to this libseccomp or kernel are skipped. */
 static const char *const refused[] = {
@@ -93,49 +92,13 @@ static int add(scmp_filter_ctx sc, uint32_t action, const char *name, unsigned n
 	return r < 0 ? lb_error_set(err, r, "confining the services: a rule for %s", name) : 0;
 }
 
-/* The worker's Landlock domain; *ret_abi the ABI enforced (0: the kernel has none). */
-static int confine_landlock(uint16_t upstream_port, int *ret_abi, struct lb_error *err)
-{
-	int abi = lb_landlock_kernel_abi();
-	if (abi > LB_LANDLOCK_MAX_KNOWN_ABI)
-		abi = LB_LANDLOCK_MAX_KNOWN_ABI;
-	*ret_abi = abi;
-	if (abi == 0)
-		return 0;
-	struct lb_ruleset_attr attr = { .handled_access_fs = lb_landlock_fs_all(abi) };
-	size_t size = sizeof(__u64);
-	if (abi >= 4) {
-		attr.handled_access_net = LB_LANDLOCK_ACCESS_NET_BIND_TCP | LB_LANDLOCK_ACCESS_NET_CONNECT_TCP;
-		size = 2 * sizeof(__u64);
-	}
-	if (abi >= 6) {
-		attr.scoped = LB_LANDLOCK_SCOPE_ABSTRACT_UNIX | LB_LANDLOCK_SCOPE_SIGNAL;
-		size = sizeof(attr);
-	}
-	_cleanup_close_ int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
-	if (fd < 0)
-		return lb_error_set(err, errno, "confining the services: creating the Landlock ruleset (ABI %d)", abi);
-	const uint16_t ports[] = { 80, 443, upstream_port };
-	for (size_t i = 0; abi >= 4 && i < LB_ARRAY_SIZE(ports); i++) {
-		struct lb_net_port_attr rule = { .allowed_access = LB_LANDLOCK_ACCESS_NET_CONNECT_TCP,
-						 .port = ports[i] };
-		if (syscall(SYS_landlock_add_rule, fd, LB_LANDLOCK_RULE_NET_PORT, &rule, 0) < 0)
-			return lb_error_set(err, errno, "confining the services: a Landlock rule for port %u",
-					    ports[i]);
-	}
-	/* no_new_privs is set (the supervisor did it, and it is inherited), as landlock_restrict_self() requires. */
-	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
-		return lb_error_setx(err, EPERM, "confining the services: no_new_privs is not set");
-	if (syscall(SYS_landlock_restrict_self, fd, 0) < 0)
-		return lb_error_set(err, errno, "confining the services: entering the Landlock domain");
-	return 0;
-}
-
 int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb_error *err)
 {
-	int r = confine_landlock(upstream_port, ret_landlock_abi, err);
+	/* no_new_privs is set (the supervisor did it, and it is inherited), as Landlock requires. */
+	const uint16_t ports[] = { 80, 443, upstream_port };
+	int r = lb_landlock_deny_all(ports, LB_ARRAY_SIZE(ports), ret_landlock_abi, err);
 	if (r < 0)
-		return r;
+		return lb_error_wrap(err, "confining the services");
 	scmp_filter_ctx sc = seccomp_init(SCMP_ACT_ALLOW);
 	if (!sc)
 		return lb_error_set(err, ENOMEM, "confining the services: seccomp_init");

@@ -11,6 +11,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -42,8 +43,10 @@ static const struct {
 	[LBP_IMAGES_LIST] = { "images_list", 0, 0 },
 	[LBP_IMAGE_GET] = { "image_get", sizeof(struct lbp_image_ref), 0 },
 	[LBP_IMAGE_DELETE] = { "image_delete", sizeof(struct lbp_image_ref), 0 },
-	[LBP_IMAGE_PULL] = { "image_pull", sizeof(struct lbp_image_ref), 0 },
+	[LBP_IMAGE_PULL] = { "image_pull", sizeof(struct lbp_image_pull), 0 },
+	[LBP_IMAGE_IMPORT] = { "image_import", sizeof(struct lbp_image_import), 1 },
 	[LBP_REPLY] = { "reply", sizeof(struct lbp_reply), -1 /* 0 or 1: body_in_fd */ },
+	[LBP_CHANNEL] = { "channel", 0, 1 },
 };
 
 static bool type_known(uint16_t type)
@@ -76,8 +79,9 @@ bool lbp_name_valid(const char *s)
 	return lb_sandbox_name_valid(s);
 }
 
-/* Relative, no empty, "." or ".." component, no control character: the core still resolves it beneath /sandbox
- * with RESOLVE_IN_ROOT (supervisor/files.c); this only refuses what no honest API process sends. */
+/* Relative, no empty, "." or ".." component, no trailing '/': what wire.c's lbd_path_check lets through (the
+ * core applies that too, and still resolves the path beneath /sandbox with RESOLVE_IN_ROOT); this only refuses what
+ * no honest API process sends. */
 bool lbp_path_valid(const char *s, bool allow_empty)
 {
 	size_t n = strlen(s);
@@ -85,9 +89,6 @@ bool lbp_path_valid(const char *s, bool allow_empty)
 		return allow_empty;
 	if (n > LBP_PATH_MAX || s[0] == '/' || s[n - 1] == '/')
 		return false;
-	for (const char *c = s; *c; c++)
-		if ((unsigned char)*c < 0x20 || *c == 0x7f)
-			return false;
 	for (const char *p = s; p && *p;) {
 		const char *slash = strchr(p, '/');
 		size_t len = slash ? (size_t)(slash - p) : strlen(p);
@@ -113,6 +114,44 @@ bool lbp_ref_valid(const char *s)
 	return true;
 }
 
+/* An absolute host path without "." or ".." segments, empty segments or control characters. */
+bool lbp_host_path_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n < 2 || n > LBP_HOST_PATH_MAX || s[0] != '/')
+		return false;
+	for (const char *c = s; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return false;
+	for (const char *p = s + 1; p;) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		if ((len == 0 && slash) || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		p = slash ? slash + 1 : NULL;
+	}
+	return true;
+}
+
+/* fd is a socket of this family and type. */
+static bool socket_of(int fd, int family, int type)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &v, &l) < 0 || v != family)
+		return false;
+	l = sizeof(v);
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &l) == 0 && v == type;
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+			return false;
+	return true;
+}
+
 /* ---- per-type validation (the payload is a copy, aligned, of exactly the type's size) ---- */
 
 static bool spec_valid(const struct lbp_spec *s)
@@ -126,9 +165,11 @@ static bool spec_valid(const struct lbp_spec *s)
 	/* Ranges the API documents; the core checks them again against its configuration. */
 	if ((s->has & LBP_SPEC_CPU) ? s->cpu_millicores < 100 || s->cpu_millicores > 64000 : s->cpu_millicores)
 		return false;
-	if ((s->has & LBP_SPEC_MEMORY) ? s->memory_bytes < (64ull << 20) : s->memory_bytes != 0)
+	if ((s->has & LBP_SPEC_MEMORY) ? s->memory_bytes < (64ull << 20) || s->memory_bytes > (64ull << 30)
+				       : s->memory_bytes != 0)
 		return false;
-	if ((s->has & LBP_SPEC_DISK) ? s->disk_bytes < (64ull << 20) : s->disk_bytes != 0)
+	if ((s->has & LBP_SPEC_DISK) ? s->disk_bytes < (16ull << 20) || s->disk_bytes > (1ull << 40)
+				     : s->disk_bytes != 0)
 		return false;
 	if ((s->has & LBP_SPEC_IDLE) ? s->idle_minutes < 1 || s->idle_minutes > 1440 : s->idle_minutes)
 		return false;
@@ -167,11 +208,9 @@ static bool file_valid(const struct lbp_file *f, bool listing)
 static bool reply_valid(const struct lbp_msg *m, size_t payload_len)
 {
 	const struct lbp_reply *r = &m->u.reply;
-	if (r->status < 200 || r->status > 599 || r->body_in_fd > 1 || !TERMINATED(r->content_type))
+	if (r->status < 200 || r->status > 599 || r->body_in_fd > 1 || !TERMINATED(r->content_type) ||
+	    !TERMINATED(r->log_fields) || !printable(r->content_type) || !printable(r->log_fields))
 		return false;
-	for (const char *c = r->content_type; *c; c++)
-		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
-			return false;
 	if (r->body_in_fd) {
 		struct stat st;
 		return m->nfds == 1 && payload_len == sizeof(*r) && fstat(m->fds[0], &st) == 0 && S_ISREG(st.st_mode) &&
@@ -218,10 +257,20 @@ static bool payload_valid(const struct lbp_msg *m, size_t payload_len)
 		       sealed_memfd(m->fds[0], m->u.file_put.size);
 	case LBP_IMAGE_GET:
 	case LBP_IMAGE_DELETE:
-	case LBP_IMAGE_PULL:
 		return TERMINATED(m->u.image.ref) && lbp_ref_valid(m->u.image.ref);
+	case LBP_IMAGE_PULL:
+		return TERMINATED(m->u.pull.ref) && lbp_ref_valid(m->u.pull.ref) && m->u.pull.pin <= 1 &&
+		       m->u.pull.pad == 0;
+	case LBP_IMAGE_IMPORT: {
+		const struct lbp_image_import *im = &m->u.import;
+		return TERMINATED(im->path) && TERMINATED(im->name) && lbp_host_path_valid(im->path) &&
+		       (im->name[0] == '\0' || lbp_ref_valid(im->name)) && im->pin <= 1 && im->pad == 0 &&
+		       socket_of(m->fds[0], AF_UNIX, SOCK_STREAM);
+	}
 	case LBP_REPLY:
 		return reply_valid(m, payload_len);
+	case LBP_CHANNEL:
+		return socket_of(m->fds[0], AF_UNIX, SOCK_SEQPACKET);
 	case LBP_TYPE_END:
 		break;
 	}
@@ -380,7 +429,8 @@ int lbp_memfd(const char *what, const void *bytes, size_t len)
 	return fd;
 }
 
-int lbp_send_reply(int sock, unsigned status, const char *content_type, const void *body, size_t len)
+int lbp_send_reply(int sock, unsigned status, const char *content_type, const char *log_fields, const void *body,
+		   size_t len, int fd)
 {
 	struct {
 		struct lbp_reply r;
@@ -392,16 +442,21 @@ int lbp_send_reply(int sock, unsigned status, const char *content_type, const vo
 	if (strlen(content_type) > LBP_CTYPE_MAX)
 		return -EINVAL;
 	memcpy(m.r.content_type, content_type, strlen(content_type));
+	snprintf(m.r.log_fields, sizeof(m.r.log_fields), "%s", log_fields ? log_fields : "");
+	if (fd >= 0) {
+		m.r.body_in_fd = 1;
+		return lbp_send(sock, LBP_REPLY, &m.r, sizeof(m.r), &fd, 1);
+	}
 	if (len <= LBP_INLINE_MAX) {
 		if (len)
 			memcpy(m.body, body, len);
 		return lbp_send(sock, LBP_REPLY, &m, sizeof(m.r) + len, NULL, 0);
 	}
-	int fd = lbp_memfd("lensbox-reply", body, len);
-	if (fd < 0)
-		return fd;
+	int mfd = lbp_memfd("lensbox-reply", body, len);
+	if (mfd < 0)
+		return mfd;
 	m.r.body_in_fd = 1;
-	int r = lbp_send(sock, LBP_REPLY, &m.r, sizeof(m.r), &fd, 1);
-	close(fd);
+	int r = lbp_send(sock, LBP_REPLY, &m.r, sizeof(m.r), &mfd, 1);
+	close(mfd);
 	return r;
 }

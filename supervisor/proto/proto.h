@@ -29,18 +29,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LBP_MAGIC	0x3150424cu /* "LBP1" little-endian */
-#define LBP_VERSION	1
-#define LBP_NAME_MAX	63   /* a sandbox name: ^[a-z0-9][a-z0-9._-]{0,62}$ */
-#define LBP_PATH_MAX	1023 /* a file path inside /sandbox, relative */
-#define LBP_REF_MAX	511  /* an image reference */
-#define LBP_RUN_ID_MAX	26
-#define LBP_CTYPE_MAX	47
-#define LBP_INLINE_MAX	(64u << 10) /* a reply body carried in the message; larger ones go in a memfd */
-#define LBP_SOURCE_MAX	(1u << 20)  /* a run's source */
-#define LBP_FILE_MAX	(25u << 20) /* one file in */
-#define LBP_MAX_FDS	1
-#define LBP_MESSAGE_MAX (sizeof(struct lbp_hdr) + sizeof(struct lbp_reply) + LBP_INLINE_MAX)
+#define LBP_MAGIC	   0x3150424cu /* "LBP1" little-endian */
+#define LBP_VERSION	   1
+#define LBP_NAME_MAX	   63	/* a sandbox name: ^[a-z0-9][a-z0-9._-]{0,62}$ */
+#define LBP_PATH_MAX	   4095 /* a file path inside /sandbox, relative (core/files.c's lbd_path_check) */
+#define LBP_REF_MAX	   511	/* an image reference */
+#define LBP_RUN_ID_MAX	   26
+#define LBP_CTYPE_MAX	   47
+#define LBP_LOG_FIELDS_MAX 191
+#define LBP_INLINE_MAX	   (64u << 10) /* a reply body carried in the message; larger ones go in a memfd */
+#define LBP_SOURCE_MAX	   (1u << 20)  /* a run's source */
+#define LBP_FILE_MAX	   (25u << 20) /* one file in */
+#define LBP_MAX_FDS	   1
+#define LBP_MESSAGE_MAX	   (sizeof(struct lbp_hdr) + sizeof(struct lbp_reply) + LBP_INLINE_MAX)
 
 enum lbp_type {
 	LBP_HEALTH = 1,	    /* no payload */
@@ -59,8 +60,10 @@ enum lbp_type {
 	LBP_IMAGES_LIST,    /* no payload */
 	LBP_IMAGE_GET,	    /* struct lbp_image_ref */
 	LBP_IMAGE_DELETE,   /* struct lbp_image_ref */
-	LBP_IMAGE_PULL,	    /* struct lbp_image_ref */
+	LBP_IMAGE_PULL,	    /* struct lbp_image_pull */
+	LBP_IMAGE_IMPORT,   /* struct lbp_image_import + fd: the client's connection (the core reads its peer) */
 	LBP_REPLY,	    /* core -> API: struct lbp_reply + inline body, or + fd: the body (memfd or a file) */
+	LBP_CHANNEL,	    /* API -> core, on the control socket only: no payload + fd: one request's channel */
 	LBP_TYPE_END
 };
 
@@ -143,11 +146,29 @@ struct lbp_image_ref {
 	char ref[LBP_REF_MAX + 1];
 };
 
+struct lbp_image_pull {
+	char ref[LBP_REF_MAX + 1];
+	uint32_t pin; /* 0 or 1 */
+	uint32_t pad;
+};
+
+/* An import names a path on the daemon's host, which the core reads as root: only a root client may ask. The API
+ * process checked its peer; the core checks again on the connection itself (the fd), which must be a connection
+ * accepted on lensboxd's own socket. */
+#define LBP_HOST_PATH_MAX 1023
+struct lbp_image_import {
+	char path[LBP_HOST_PATH_MAX + 1]; /* absolute, no "." or ".." segment */
+	char name[LBP_REF_MAX + 1];	  /* "" : the name the archive gives */
+	uint32_t pin;			  /* 0 or 1 */
+	uint32_t pad;
+};
+
 struct lbp_reply {
-	uint32_t status;		      /* an HTTP status, 200..599 */
-	uint32_t body_in_fd;		      /* 0: body_len bytes follow inline; 1: the body is the fd */
-	uint64_t body_len;		      /* bytes of the body */
-	char content_type[LBP_CTYPE_MAX + 1]; /* e.g. "application/json" */
+	uint32_t status;			 /* an HTTP status, 200..599 */
+	uint32_t body_in_fd;			 /* 0: body_len bytes follow inline; 1: the body is the fd */
+	uint64_t body_len;			 /* bytes of the body */
+	char content_type[LBP_CTYPE_MAX + 1];	 /* e.g. "application/json" */
+	char log_fields[LBP_LOG_FIELDS_MAX + 1]; /* "key=value ..." for the API's access log line (run id...) */
 };
 
 /* A decoded message: the header, a copy of the payload (an inline reply body right after the struct) and the
@@ -163,6 +184,8 @@ struct lbp_msg {
 		struct lbp_file file;
 		struct lbp_file_put file_put;
 		struct lbp_image_ref image;
+		struct lbp_image_pull pull;
+		struct lbp_image_import import;
 		struct lbp_reply reply;
 		unsigned char raw[sizeof(struct lbp_reply) + LBP_INLINE_MAX];
 	} u;
@@ -178,8 +201,10 @@ const char *lbp_type_name(uint16_t type);
 
 /* Sends one message: header, payload (len bytes) and fds. -errno on failure (-EMSGSIZE when too large). */
 int lbp_send(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds);
-/* Sends a reply: status, content type and body, inline when it fits LBP_INLINE_MAX, else in a sealed memfd. */
-int lbp_send_reply(int sock, unsigned status, const char *content_type, const void *body, size_t len);
+/* Sends a reply: status, content type, log fields ("" for none) and body, inline when it fits LBP_INLINE_MAX, else
+ * in a sealed memfd; or, when fd >= 0, the body is that regular file of len bytes (sent, not closed). */
+int lbp_send_reply(int sock, unsigned status, const char *content_type, const char *log_fields, const void *body,
+		   size_t len, int fd);
 
 /* Receives and fully validates one message (the invariants above). 0 on success (ret owns its fds), -ENODATA at
  * the end of the stream, -EBADMSG for anything malformed (nothing leaks: every received fd is closed). */
@@ -193,6 +218,7 @@ void lbp_msg_clear(struct lbp_msg *m);
 bool lbp_name_valid(const char *s);
 bool lbp_path_valid(const char *s, bool allow_empty);
 bool lbp_ref_valid(const char *s);
+bool lbp_host_path_valid(const char *s);
 
 /* A sealed memfd holding len bytes (the encoder side); -errno on failure. */
 int lbp_memfd(const char *what, const void *bytes, size_t len);

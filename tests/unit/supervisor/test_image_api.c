@@ -29,23 +29,23 @@ static void image_routes(void **state)
 	struct lbd_route_match m;
 	int status;
 	assert_int_equal(route("GET", "/v1/images", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_images_list);
+	assert_ptr_equal(m.handler, lbd_ask_images_list);
 	assert_int_equal(route("POST", "/v1/images/pull", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_image_pull);
+	assert_ptr_equal(m.handler, lbd_ask_image_pull);
 	assert_int_equal(route("POST", "/v1/images/import", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_image_import);
+	assert_ptr_equal(m.handler, lbd_ask_image_import);
 
 	assert_int_equal(route("GET", "/v1/images/127.0.0.1:5000/ns/python%3A3.12-slim", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_image_get);
+	assert_ptr_equal(m.handler, lbd_ask_image_get);
 	assert_string_equal(m.file_path, "127.0.0.1:5000/ns/python:3.12-slim");
 	free(m.file_path);
 	assert_int_equal(route("DELETE", "/v1/images/python:3.12-slim", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_image_delete);
+	assert_ptr_equal(m.handler, lbd_ask_image_delete);
 	assert_string_equal(m.file_path, "python:3.12-slim");
 	free(m.file_path);
 	/* GET of an image named "pull" is an inspect, not the action */
 	assert_int_equal(route("GET", "/v1/images/pull", &m, &status), 0);
-	assert_ptr_equal(m.handler, lbd_api_image_get);
+	assert_ptr_equal(m.handler, lbd_ask_image_get);
 	free(m.file_path);
 
 	assert_true(route("GET", "/v1/images/a%00b", &m, &status) < 0);

@@ -54,22 +54,22 @@ static void routes(void **state)
 	int status;
 	char code[64];
 	assert_int_equal(route("GET", "/v1/health", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_health);
+	assert_ptr_equal(m.handler, lbd_ask_health);
 	assert_int_equal(route("GET", "/metrics", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_metrics);
+	assert_ptr_equal(m.handler, lbd_ask_metrics);
 	assert_int_equal(route("POST", "/v1/sandboxes/lens-chat-1/runs", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_run_post);
+	assert_ptr_equal(m.handler, lbd_ask_run);
 	assert_string_equal(m.name, "lens-chat-1");
 	assert_int_equal(m.body_max, LBD_JSON_BODY_MAX);
 	assert_int_equal(route("PUT", "/v1/sandboxes/a/files/dir%2Fx%20y.txt", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_file_put);
+	assert_ptr_equal(m.handler, lbd_ask_file_put);
 	assert_string_equal(m.file_path, "dir/x y.txt");
 	assert_int_equal(m.body_max, LBD_FILE_MAX);
 	free(m.file_path);
 	assert_int_equal(route("GET", "/v1/sandboxes/a/files", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_files_list);
+	assert_ptr_equal(m.handler, lbd_ask_files_list);
 	assert_int_equal(route("DELETE", "/v1/sandboxes/a", &m, &status, code), 0);
-	assert_ptr_equal(m.handler, lbd_api_sandbox_delete);
+	assert_ptr_equal(m.handler, lbd_ask_sandbox_delete);
 }
 
 static void refusals(void **state)
@@ -137,15 +137,15 @@ static void json_validation(void **state)
 static void spec_ranges(void **state)
 {
 	(void)state;
-	static struct lbd d;
-	lbd_config_defaults(&d.cfg);
+	static struct lbd_config cfg;
+	lbd_config_defaults(&cfg);
 	struct lbd_spec_request req;
 	struct lbd_fail f = { 0 };
 	char errbuf[128];
 	yajl_val v =
 	    yajl_tree_parse("{\"cpu\": \"500m\", \"memory\": \"1Gi\", \"idle_minutes\": 5, \"network\": \"web\"}",
 			    errbuf, sizeof(errbuf));
-	assert_int_equal(lbd_json_spec(&d, v, &req, &f), 0);
+	assert_int_equal(lbd_json_spec(&cfg, v, &req, &f), 0);
 	assert_int_equal(req.spec.cpu_millicores, 500);
 	assert_int_equal(req.spec.memory_bytes, 1ull << 30);
 	assert_int_equal(req.spec.idle_seconds, 300);
@@ -160,7 +160,7 @@ static void spec_ranges(void **state)
 		v = yajl_tree_parse(bad[i], errbuf, sizeof(errbuf));
 		assert_non_null(v);
 		memset(&f, 0, sizeof(f));
-		assert_true(lbd_json_spec(&d, v, &req, &f) < 0);
+		assert_true(lbd_json_spec(&cfg, v, &req, &f) < 0);
 		assert_int_equal(f.status, 422);
 		yajl_tree_free(v);
 	}

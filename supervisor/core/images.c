@@ -27,33 +27,13 @@
 #include "lb/cleanup.h"
 #include "lb/images.h"
 #include "lb/log.h"
-#include "lensboxd.h"
+#include "core.h"
 
 /* A pull in progress: later pulls of the same canonical reference wait for it. Under images_mu. */
 struct lbd_pull {
 	char ref[730];
 	struct lbd_pull *next;
 };
-
-bool lbd_image_ref_valid(const char *ref)
-{
-	size_t len = strlen(ref);
-	if (len < 1 || len > 255)
-		return false;
-	if (!((ref[0] >= 'a' && ref[0] <= 'z') || (ref[0] >= '0' && ref[0] <= '9')))
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = ref[i];
-		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-			  c == '_' || c == '-' || c == '/' || c == ':' || c == '@';
-		if (!ok)
-			return false;
-	}
-	if (strstr(ref, ".."))
-		return false;
-	struct lb_image_ref parsed;
-	return lb_image_ref_parse(ref, &parsed, NULL) == 0;
-}
 
 int lbd_images_open(struct lbd *d, struct lb_error *err)
 {

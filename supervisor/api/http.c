@@ -1,7 +1,7 @@
 /*
- * http.c — the API's transport: a Unix socket lensboxd creates itself, handed to libmicrohttpd.
+ * http.c — the API's transport: the Unix socket the core created, served with libmicrohttpd.
  *
- * Runs in lensboxd (root). libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a run
+ * Runs in the API process (api_user, confined). libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a run
  * that takes a minute blocks only its own connection: health, listing and file requests on other connections are
  * served at once. Connections are capped (max_connections) and time out (connection_timeout_seconds).
  *
@@ -15,14 +15,11 @@
  * percent-encoded (the unescape callback is the identity) so a %00 or %2F can be refused, never silently cut.
  */
 #include <errno.h>
-#include <grp.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -31,10 +28,8 @@
 #include "lb/log.h"
 
 struct lbd_http {
-	struct lbd *d;
+	struct lbd_api *a;
 	struct MHD_Daemon *mhd;
-	int listen_fd;
-	char path[256]; /* as long as the config's socket; make_socket() checked it fits sun_path */
 };
 
 /* One request's state across libmicrohttpd's calls of the access handler (all on the connection's thread). */
@@ -75,7 +70,7 @@ static bool peer_allowed(const struct lbd_config *cfg, uid_t uid, gid_t gid)
 	return false;
 }
 
-static bool reserve_body(struct lbd *d, struct conn_req *cr, size_t more)
+static bool reserve_body(struct lbd_api *d, struct conn_req *cr, size_t more)
 {
 	uint64_t now = atomic_fetch_add(&d->body_bytes, more) + more;
 	if (now > d->cfg.body_memory_bytes) {
@@ -101,7 +96,7 @@ static void log_request(struct conn_req *cr)
 		lb_info(fields, "request");
 }
 
-static enum MHD_Result send_res(struct lbd *d, struct MHD_Connection *conn, struct conn_req *cr)
+static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
 {
 	struct lbd_res *res = &cr->res;
 	struct MHD_Response *r;
@@ -147,7 +142,7 @@ static void copy_for_log(char *dst, size_t size, const char *s)
 /* A refusal decided from the headers alone. When the request announces a small body (or none), it is read and
  * dropped first so that a client writing its body before reading the answer does not hit a closed socket; a large
  * body is not waited for: the answer goes at once and the connection closes. */
-static enum MHD_Result defer_or_send(struct lbd *d, struct MHD_Connection *conn, struct conn_req *cr)
+static enum MHD_Result defer_or_send(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
 {
 	cr->answered = true;
 	const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -166,7 +161,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  void **con_cls)
 {
 	(void)version;
-	struct lbd *d = cls;
+	struct lbd_api *d = cls;
 	struct conn_req *cr = *con_cls;
 
 	if (!cr) {
@@ -176,7 +171,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*con_cls = cr;
 		cr->start_ms = lbd_mono_ms();
 		cr->res.fd = -1;
-		cr->req.d = d;
+		cr->req.a = d;
 		cr->req.conn = conn;
 		cr->req.method = method;
 		cr->req.peer_uid = (uid_t)-1;
@@ -292,7 +287,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	(void)conn;
 	(void)toe;
-	struct lbd *d = cls;
+	struct lbd_api *d = cls;
 	struct conn_req *cr = *con_cls;
 	if (!cr)
 		return;
@@ -308,85 +303,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	*con_cls = NULL;
 }
 
-/* Creates the socket's directory (root:group 0750) when missing and refuses one that others can enter. */
-static int prepare_socket_dir(const char *sock_path, gid_t gid, struct lb_error *err)
-{
-	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-	snprintf(dir, sizeof(dir), "%s", sock_path);
-	char *slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return lb_error_setx(err, EINVAL, "socket path %s must be inside a directory of its own", sock_path);
-	*slash = '\0';
-	struct stat st;
-	if (stat(dir, &st) < 0) {
-		int r = lb_mkdir_p(dir, 0750);
-		if (r < 0)
-			return lb_error_set(err, r, "creating socket directory %s", dir);
-		/* Safe: we just created this directory; root owns it and only the API group may enter it. */
-		if (chown(dir, 0, gid) < 0)
-			return lb_error_set(err, errno, "chown %s", dir);
-		if (chmod(dir, 0750) < 0)
-			return lb_error_set(err, errno, "chmod %s", dir);
-		if (stat(dir, &st) < 0)
-			return lb_error_set(err, errno, "stat %s", dir);
-	}
-	if (!S_ISDIR(st.st_mode))
-		return lb_error_setx(err, ENOTDIR, "socket directory %s is not a directory", dir);
-	if (st.st_mode & 0007)
-		return lb_error_setx(err, EPERM,
-				     "socket directory %s is accessible to every user (mode %04o); give lensboxd a "
-				     "directory of its own (root, mode 0750)",
-				     dir, (unsigned)(st.st_mode & 07777));
-	if (st.st_uid != 0)
-		return lb_error_setx(err, EPERM, "socket directory %s must be owned by root", dir);
-	return 0;
-}
-
-static int make_socket(const struct lbd_config *cfg, struct lb_error *err)
-{
-	gid_t gid = 0;
-	if (cfg->socket_group[0] && strcmp(cfg->socket_group, "root") != 0) {
-		struct group gr, *res = NULL;
-		char buf[4096];
-		if (getgrnam_r(cfg->socket_group, &gr, buf, sizeof(buf), &res) != 0 || !res)
-			return lb_error_setx(err, ENOENT, "socket_group `%s` does not exist", cfg->socket_group);
-		gid = gr.gr_gid;
-	}
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path))
-		return lb_error_setx(err, ENAMETOOLONG, "socket path %s is too long", cfg->socket_path);
-	int r = prepare_socket_dir(cfg->socket_path, gid, err);
-	if (r < 0)
-		return r;
-	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path) + 1);
-	struct stat st;
-	if (lstat(cfg->socket_path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode))
-			return lb_error_setx(err, EEXIST, "%s exists and is not a socket", cfg->socket_path);
-		/* A socket left by a previous instance (a crash); the directory is ours, so this is its. */
-		if (unlink(cfg->socket_path) < 0)
-			return lb_error_set(err, errno, "removing stale socket %s", cfg->socket_path);
-	}
-	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return lb_error_set(err, errno, "socket");
-	/* Created 0600 (umask 0177 around bind) and only then opened to the group, so it is never wider. */
-	mode_t old = umask(0177);
-	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int bind_errno = errno;
-	umask(old);
-	if (r < 0)
-		return lb_error_set(err, bind_errno, "binding %s", cfg->socket_path);
-	/* Safe: the path is the socket we just bound in a root-owned directory others cannot enter. */
-	if (chown(cfg->socket_path, 0, gid) < 0)
-		return lb_error_set(err, errno, "chown %s", cfg->socket_path);
-	if (chmod(cfg->socket_path, 0660) < 0)
-		return lb_error_set(err, errno, "chmod %s", cfg->socket_path);
-	if (listen(fd, 1024) < 0)
-		return lb_error_set(err, errno, "listen on %s", cfg->socket_path);
-	return TAKE_FD(fd);
-}
-
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	(void)cls;
@@ -395,32 +311,23 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	lb_debug("component=libmicrohttpd", "%s", msg);
 }
 
-int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err)
+int lbd_http_start(struct lbd_api *a, int listen_fd, struct lbd_http **ret, struct lb_error *err)
 {
 	struct lbd_http *h = calloc(1, sizeof(*h));
 	if (!h)
 		return lb_error_set(err, ENOMEM, "allocating the HTTP server");
-	h->d = d;
-	int fd = make_socket(&d->cfg, err);
-	if (fd < 0) {
-		free(h);
-		return lb_error_wrap(err, "creating the API socket");
-	}
-	h->listen_fd = fd;
-	snprintf(h->path, sizeof(h->path), "%s", d->cfg.socket_path);
+	h->a = a;
 	h->mhd = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
 		MHD_USE_ITC,
-	    0, NULL, NULL, on_request, d, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, d, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)d->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
+	    listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape,
+	    NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)a->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)a->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 	    MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
 	if (!h->mhd) {
-		close(fd);
-		unlink(h->path);
 		free(h);
-		return lb_error_setx(err, EIO, "libmicrohttpd could not start on %s", d->cfg.socket_path);
+		return lb_error_setx(err, EIO, "libmicrohttpd could not start on the API socket");
 	}
 	*ret = h;
 	return 0;
@@ -430,13 +337,13 @@ void lbd_http_stop(struct lbd_http *h)
 {
 	if (!h)
 		return;
-	/* No new connections from here on; runs in progress get up to 80 s (below the unit's TimeoutStopSec) to finish
-	 * and deliver their results before the remaining connections are closed. */
+	/* No new connections from here on; requests in progress (runs among them) get up to 80 s (below the unit's
+	 * TimeoutStopSec) to finish and deliver their results before the remaining connections are closed. The core
+	 * removes the socket's path. */
 	MHD_socket lfd = MHD_quiesce_daemon(h->mhd);
 	if (lfd != MHD_INVALID_SOCKET)
 		close(lfd);
-	unlink(h->path);
-	for (int i = 0; i < 1600 && atomic_load(&h->d->metrics.runs_in_flight) > 0; i++)
+	for (int i = 0; i < 1600 && atomic_load(&h->a->in_flight) > 0; i++)
 		usleep(50 * 1000);
 	MHD_stop_daemon(h->mhd);
 	free(h);

@@ -13,7 +13,7 @@
 
 #include "lb/images.h"
 #include "lb/netfilter.h"
-#include "lensboxd.h"
+#include "core.h"
 
 const char *lbd_cannot_run(const struct lbd *d)
 {
@@ -22,20 +22,6 @@ const char *lbd_cannot_run(const struct lbd *d)
 	if (d->host.why_not[0])
 		return d->host.why_not;
 	return NULL;
-}
-
-void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req)
-{
-	memset(req, 0, sizeof(*req));
-	const struct lbd_config *c = &d->cfg;
-	struct lb_store_spec *s = &req->spec;
-	snprintf(s->image, sizeof(s->image), "%s", c->default_image);
-	s->network = c->default_network;
-	s->cpu_millicores = c->default_cpu_millicores;
-	s->memory_bytes = c->default_memory_bytes;
-	s->disk_bytes = c->default_disk_bytes;
-	s->idle_seconds = c->idle_seconds;
-	s->keep_seconds = c->keep_seconds;
 }
 
 void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX])

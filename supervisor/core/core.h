@@ -1,25 +1,28 @@
 /*
- * lensboxd.h — the daemon's context and the interfaces between supervisor/'s files.
+ * core.h — lensboxd's core: the daemon's context and the interfaces between core/'s files.
  *
- * lensboxd runs as root. One struct lbd is built by main.c and passed to every thread; beyond the parsed config
- * (read-only after start) nothing is global. The parts:
+ * The core runs as root. One struct lbd is built by main.c and passed to every thread; beyond the parsed config
+ * (read-only after start) nothing is global. It holds no listening socket: the API process (api/) holds it, parses
+ * every request, and asks the core by the messages of proto/proto.h, one channel per request. The parts:
  *
- *   http.c        the Unix socket, libmicrohttpd (thread per connection), peer credentials, bounded bodies
- *   request.c     what a handler reads of its request: query-string arguments, percent-decoding
- *   routes.c      URL -> handler, name validation
- *   api_*.c       one file per resource: health and metrics, sandboxes, runs and the ledger, files, images
- *   json.c        yajl-based request validation and response generation, the error envelope
+ *   main.c        start-up in a safe order, the signal loop, an orderly shutdown
+ *   socket.c      the API socket: created here (root owns its directory), handed to the API process
+ *   api_proc.c    the API process: started, watched, replaced when it ends
+ *   serve.c       the control socket and one thread per request channel; the one switch over message types
+ *   do_*.c        the core's answer to each message: health and metrics, sandboxes, runs and the ledger, files,
+ *                 images
+ *   gen.c         the sandbox and run objects of the answers
  *   sandboxes.c   the table of sandboxes: per-sandbox FIFO turn, start/stop/recreate/delete, max_running
- *   spec.c        what a sandbox is made from: config defaults, runner key, storage path, the runner's spec
+ *   spec.c        what a sandbox is made from: runner key, storage path, the runner's spec
  *   files.c       file transfer into and out of a sandbox's storage without following its symlinks
  *   timers.c      idle stop and keep-hours deletion
  *   spares.c      sandboxes started ahead of time, handed to new conversations
  *   images.c      image reference -> unpacked rootfs and digest
- *   clock.c       wall-clock and monotonic milliseconds
- *   fail.c        an operation's outcome for the HTTP layer (struct lbd_fail)
+ *   network.c     the network tiers (netfilter/) started, attached and watched
+ *   output.c      a program's captured output cut to the asked size as valid UTF-8
  */
-#ifndef LBD_LENSBOXD_H
-#define LBD_LENSBOXD_H
+#ifndef LBD_CORE_H
+#define LBD_CORE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,7 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "common.h"
+#include "proto.h"
 #include "lb/error.h"
 #include "lb/policy.h"
 #include "lb/runner.h"
@@ -40,14 +44,15 @@ struct lb_images;   /* images/ */
 struct lb_net;	    /* netfilter/ */
 
 struct lbd_metrics {
-	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
-	atomic_uint_fast64_t requests_by_status[600];
 	atomic_uint_fast64_t runs_in_flight;
 	atomic_uint_fast64_t evictions;
 	atomic_uint_fast64_t idle_stops;
 	atomic_uint_fast64_t keep_deletions;
 	atomic_uint_fast64_t recreations;
-	atomic_uint_fast64_t connections_refused; /* peers not in allowed_uids/gids */
+	atomic_uint_fast64_t messages_refused; /* malformed messages from the API process (serve.c) */
+	atomic_uint_fast64_t api_restarts;     /* API processes replaced after they ended (api_proc.c) */
+	atomic_uint_fast64_t channels;	       /* requests the core is serving right now (serve.c) */
+	atomic_uint_fast64_t refused_logged_ms; /* when a refusal was last logged (serve.c's rate limit) */
 };
 
 struct lbd {
@@ -79,42 +84,14 @@ struct lbd {
 	struct lbd_sandbox *table;
 	uint32_t running; /* sandboxes started and not yet stopped, including ones being started */
 
-	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
 	atomic_bool stopping;
 	struct lbd_metrics metrics;
 };
-
-/* ---- clock.c ---- */
-
-/* Milliseconds since the epoch (CLOCK_REALTIME), as the store keeps times. */
-int64_t lbd_now_ms(void);
-/* Monotonic milliseconds, for durations. */
-uint64_t lbd_mono_ms(void);
-
-/* ---- fail.c ---- */
-
-/* The outcome of an operation on a sandbox, for the HTTP layer: an HTTP status, an error code and a sentence. */
-struct lbd_fail {
-	int status; /* 0: success */
-	char code[48];
-	char message[LB_ERROR_MSG_MAX + 64];
-};
-void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 /* ---- spec.c ---- */
 
 /* Why sandboxes cannot run here (policy not loaded, host facts), or NULL when they can. */
 const char *lbd_cannot_run(const struct lbd *d);
-
-/* A request to ensure a sandbox: which fields the client gave (others come from config defaults). */
-struct lbd_spec_request {
-	bool has_image, has_network, has_cpu, has_memory, has_disk, has_idle, has_keep;
-	struct lb_store_spec spec;
-};
-
-/* A spec request with every field from the config defaults, none marked given. */
-void lbd_spec_defaults(const struct lbd *d, struct lbd_spec_request *req);
 
 /* The runner's name for a sandbox, and the name of its storage directory: "u<host uid>". The host uid is unique
  * among sandboxes and spares (the store's allocator), so the key is too; it does not change when a spare started
@@ -162,8 +139,6 @@ int lbd_image_get(struct lbd *d, const char *ref, bool pull, bool touch, struct 
 /* lbd_image_get(d, ref, false, false, ret, NULL, err). */
 int lbd_image_resolve(struct lbd *d, const char *ref, struct lbd_image *ret, struct lb_error *err);
 void lbd_image_release(struct lbd_image *img);
-/* true when ref is a syntactically acceptable image reference. */
-bool lbd_image_ref_valid(const char *ref);
 
 /* Pulls ref with the config's registry settings, on a store handle of its own (never holding images_mu while
  * downloading); a pull of the same reference in progress is waited for, not repeated (unless it failed). *ret_info (may
@@ -282,7 +257,7 @@ int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err);
 /* Why sandboxes of tier `network` cannot start here, or NULL. */
 const char *lbd_network_unavailable(const struct lbd *d, enum lb_tier network);
 
-/* ---- api_runs.c: ledger retention ---- */
+/* ---- do_runs.c: ledger retention ---- */
 
 /* Deletes ledger rows past runs_keep_days and beyond the newest runs_keep_max (either 0: that rule is off), logging
  * what went. The timer calls it every lbd_ledger_prune_every_ms(d) (rounded up to its tick). */
@@ -292,9 +267,63 @@ uint64_t lbd_ledger_prune_every_ms(const struct lbd *d);
 /* ---- timers.c ---- */
 int lbd_timers_start(struct lbd *d, pthread_t *ret_thread, struct lb_error *err);
 
-/* ---- http.c ---- */
-struct lbd_http;
-int lbd_http_start(struct lbd *d, struct lbd_http **ret, struct lb_error *err);
-void lbd_http_stop(struct lbd_http *h);
+/* ---- gen.c ---- */
+
+/* Writes a sandbox row as the API's sandbox object; disk_used < 0: unknown (null). */
+void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_store_sandbox *sb, int64_t disk_used);
+void lbd_gen_run(yajl_gen g, const struct lb_store_run *run);
+
+/* ---- do_*.c: the core's answer to each request message ----
+ * m is decoded and validated by proto.c (lbp_recv); each function checks again what depends on the core's own
+ * state and configuration, and fills res. A descriptor it takes out of m it sets to -1 in m. */
+typedef void (*lbd_do_fn)(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_metrics(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_sandbox_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_sandbox_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_sandbox_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_sandbox_delete(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_sandbox_stop(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_run(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_runs_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_run_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_files_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_file_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_images_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_image_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_image_delete(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_image_pull(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+void lbd_do_image_import(struct lbd *d, struct lbp_msg *m, struct lbd_res *res);
+
+/* ---- socket.c ---- */
+
+/* Creates the API socket (root:socket_group 0660 in a directory others cannot enter), listening; an fd or -errno
+ * with err filled. A stale socket of a previous instance is replaced. */
+int lbd_socket_create(const struct lbd_config *cfg, struct lb_error *err);
+
+/* ---- main.c ---- */
+
+/* lensboxd's core: flags, configuration, start-up, serving until SIGTERM, shutdown. The process's exit status. */
+int lbd_core_main(int argc, char **argv);
+
+/* ---- serve.c ---- */
+
+/* Serves one control socket: every LBP_CHANNEL message on it starts a thread serving one request on the channel
+ * it carries. Returns when the control socket ends or the API process (pidfd) exits: 0, or -errno. Malformed
+ * messages are refused, counted and logged (at most once a second); they never end the loop. */
+int lbd_serve_control(struct lbd *d, int control_fd, int pidfd);
+
+/* ---- api_proc.c ---- */
+
+/* Starts the API process and the thread that watches it and replaces it when it ends (with backoff). */
+struct lbd_api_proc;
+int lbd_api_proc_start(struct lbd *d, struct lbd_api_proc **ret, struct lb_error *err);
+/* Asks the API process to stop (SIGTERM: it stops accepting and lets its requests finish, up to 80 s), waits for
+ * it and for the requests the core is serving, and stops the watcher. -EPERM when the API process could not serve
+ * (it exited 78, which is what stopped lensboxd), else 0. */
+int lbd_api_proc_stop(struct lbd_api_proc *p);
+/* The API process's pid now (0 when none), and how many times it was replaced. */
+pid_t lbd_api_proc_pid(struct lbd_api_proc *p);
 
 #endif

@@ -30,7 +30,7 @@
 #include "lb/cleanup.h"
 #include "lb/log.h"
 #include "lb/units.h"
-#include "lensboxd.h"
+#include "core.h"
 
 struct lbd_sandbox {
 	char name[LB_STORE_NAME_MAX + 1];
@@ -647,7 +647,7 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, u
 			return -ENOMEM;
 		}
 		struct lbd_spec_request req;
-		lbd_spec_defaults(d, &req);
+		lbd_spec_defaults(&d->cfg, &req);
 		struct lbd_ensure_result er;
 		if (r == 0 || create)
 			r = lbd_sandbox_ensure(d, sb, &req, true, &er, f);

@@ -15,14 +15,12 @@
 
 #include "api.h"
 #include "config.h"
-#include "files.h"
-#include "lensboxd.h"
 #include "lb/utf8.h"
 #include "output.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void check_body(const struct lbd *d, const char *body, size_t len)
+static void check_body(const struct lbd_config *cfg, const char *body, size_t len)
 {
 	struct lbd_fail f = { 0 };
 	yajl_val root = NULL;
@@ -34,7 +32,7 @@ static void check_body(const struct lbd *d, const char *body, size_t len)
 	if (!root || !YAJL_IS_OBJECT(root))
 		abort();
 	struct lbd_spec_request req;
-	if (lbd_json_spec(d, lbd_json_get(root, "sandbox"), &req, &f) == 0) {
+	if (lbd_json_spec(cfg, lbd_json_get(root, "sandbox"), &req, &f) == 0) {
 		const struct lb_store_spec *s = &req.spec;
 		if (s->cpu_millicores < 100 || s->cpu_millicores > 64000 || s->memory_bytes < (64ull << 20) ||
 		    s->memory_bytes > (64ull << 30) || s->disk_bytes < (16ull << 20) || s->disk_bytes > (1ull << 40))
@@ -93,10 +91,10 @@ static void check_cut(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static struct lbd d;
+	static struct lbd_config cfg;
 	static bool ready;
 	if (!ready) {
-		lbd_config_defaults(&d.cfg);
+		lbd_config_defaults(&cfg);
 		ready = true;
 	}
 	char *s = malloc(size + 1);
@@ -104,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(s, data, size);
 	s[size] = '\0';
-	check_body(&d, s, size);
+	check_body(&cfg, s, size);
 	check_path(s);
 	free(s);
 	check_cut(data, size);

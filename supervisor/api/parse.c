@@ -1,8 +1,8 @@
 /*
- * json.c — request bodies in, response bodies out (see api.h). yajl parses and generates; nothing here writes JSON
- * by hand.
+ * parse.c — request bodies in (see api.h): yajl parses, this checks the shape before a handler reads a field.
  *
- * Runs in lensboxd (root) on connection threads; pure functions over bounded buffers. Request bodies are hostile:
+ * Runs in the API process (unprivileged, confined) on connection threads; pure functions over bounded buffers.
+ * Request bodies are hostile:
  * they arrive here already bounded in size (http.c), and are checked for a NUL byte (yajl_tree_parse reads a C
  * string, so a NUL would silently cut the document), for being exactly one object, for unknown or repeated keys
  * and for each value's type, before any handler reads a field. Strings yajl generates are escaped by yajl; text
@@ -171,9 +171,9 @@ static int int_in_range(yajl_val v, const char *field, long long min, long long 
 	return 0;
 }
 
-int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *req, struct lbd_fail *f)
+int lbd_json_spec(const struct lbd_config *cfg, yajl_val obj, struct lbd_spec_request *req, struct lbd_fail *f)
 {
-	lbd_spec_defaults(d, req);
+	lbd_spec_defaults(cfg, req);
 	struct lb_store_spec *s = &req->spec;
 	if (!obj)
 		return 0;
@@ -243,196 +243,3 @@ int lbd_json_spec(const struct lbd *d, yajl_val obj, struct lbd_spec_request *re
 	return 0;
 }
 
-/* ---- generation ---- */
-
-yajl_gen lbd_gen_new(void)
-{
-	yajl_gen g = yajl_gen_alloc(NULL);
-	if (!g)
-		abort(); /* out of memory while answering: nothing sensible is left to do */
-	yajl_gen_config(g, yajl_gen_beautify, 0);
-	/* Strings are valid UTF-8 by construction (runs.c sanitises sandbox output); yajl still escapes controls. */
-	yajl_gen_config(g, yajl_gen_validate_utf8, 1);
-	return g;
-}
-
-void lbd_gen_key(yajl_gen g, const char *key)
-{
-	if (key)
-		yajl_gen_string(g, (const unsigned char *)key, strlen(key));
-}
-
-void lbd_gen_strn(yajl_gen g, const char *key, const char *value, size_t len)
-{
-	lbd_gen_key(g, key);
-	if (!value) {
-		yajl_gen_null(g);
-		return;
-	}
-	if (yajl_gen_string(g, (const unsigned char *)value, len) != yajl_gen_status_ok)
-		yajl_gen_string(g, (const unsigned char *)"\xef\xbf\xbd", 3); /* invalid UTF-8 never breaks the JSON */
-}
-
-void lbd_gen_str(yajl_gen g, const char *key, const char *value)
-{
-	lbd_gen_strn(g, key, value, value ? strlen(value) : 0);
-}
-
-void lbd_gen_int(yajl_gen g, const char *key, long long value)
-{
-	lbd_gen_key(g, key);
-	yajl_gen_integer(g, value);
-}
-
-void lbd_gen_uint(yajl_gen g, const char *key, uint64_t value)
-{
-	lbd_gen_key(g, key);
-	yajl_gen_integer(g, value > (uint64_t)INT64_MAX ? INT64_MAX : (long long)value);
-}
-
-void lbd_gen_double(yajl_gen g, const char *key, double value)
-{
-	lbd_gen_key(g, key);
-	yajl_gen_double(g, value);
-}
-
-void lbd_gen_bool(yajl_gen g, const char *key, bool value)
-{
-	lbd_gen_key(g, key);
-	yajl_gen_bool(g, value);
-}
-
-void lbd_gen_null(yajl_gen g, const char *key)
-{
-	lbd_gen_key(g, key);
-	yajl_gen_null(g);
-}
-
-void lbd_gen_time(yajl_gen g, const char *key, int64_t ms)
-{
-	if (ms <= 0) {
-		lbd_gen_null(g, key);
-		return;
-	}
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char buf[40];
-	size_t n = strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, sizeof(buf) - n, ".%03dZ", (int)(ms % 1000));
-	lbd_gen_str(g, key, buf);
-}
-
-void lbd_gen_finish(yajl_gen g, struct lbd_res *res, int status)
-{
-	const unsigned char *buf;
-	size_t len;
-	yajl_gen_get_buf(g, &buf, &len);
-	free(res->body);
-	res->body = malloc(len + 1);
-	if (!res->body)
-		abort();
-	memcpy(res->body, buf, len);
-	res->body[len] = '\n';
-	res->len = len + 1;
-	res->status = status;
-	res->content_type = "application/json";
-	yajl_gen_free(g);
-}
-
-void lbd_res_error(struct lbd_res *res, int status, const char *code, const char *fmt, ...)
-{
-	char msg[LB_ERROR_MSG_MAX + 64];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	yajl_gen g = lbd_gen_new();
-	yajl_gen_map_open(g);
-	lbd_gen_key(g, "error");
-	yajl_gen_map_open(g);
-	lbd_gen_str(g, "code", code);
-	lbd_gen_str(g, "message", msg);
-	yajl_gen_map_close(g);
-	yajl_gen_map_close(g);
-	lbd_gen_finish(g, res, status);
-}
-
-void lbd_res_fail(struct lbd_res *res, const struct lbd_fail *f)
-{
-	lbd_res_error(res, f->status ? f->status : 500, f->code[0] ? f->code : "internal", "%s", f->message);
-}
-
-static void gen_size(yajl_gen g, const char *key, uint64_t bytes)
-{
-	char buf[32];
-	lb_format_size(bytes, buf, sizeof(buf));
-	lbd_gen_str(g, key, buf);
-}
-
-void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_store_sandbox *sb, int64_t disk_used)
-{
-	(void)d;
-	yajl_gen_map_open(g);
-	lbd_gen_str(g, "name", sb->name);
-	lbd_gen_str(g, "state", sb->state == LB_STORE_RUNNING ? "running" : "stopped");
-	lbd_gen_key(g, "spec");
-	yajl_gen_map_open(g);
-	lbd_gen_str(g, "image", sb->spec.image);
-	lbd_gen_str(g, "network", lb_tier_name(sb->spec.network));
-	char cpu[32];
-	lbd_gen_str(g, "cpu", lb_format_cpu(sb->spec.cpu_millicores, cpu, sizeof(cpu)));
-	gen_size(g, "memory", sb->spec.memory_bytes);
-	gen_size(g, "disk", sb->spec.disk_bytes);
-	/* Whole minutes and hours as the API takes them; a seconds-scale test config shows as a fraction. */
-	if (sb->spec.idle_seconds % 60 == 0)
-		lbd_gen_uint(g, "idle_minutes", sb->spec.idle_seconds / 60);
-	else
-		lbd_gen_double(g, "idle_minutes", (double)sb->spec.idle_seconds / 60.0);
-	if (sb->spec.keep_seconds % 3600 == 0)
-		lbd_gen_uint(g, "keep_hours", sb->spec.keep_seconds / 3600);
-	else
-		lbd_gen_double(g, "keep_hours", (double)sb->spec.keep_seconds / 3600.0);
-	yajl_gen_map_close(g);
-	lbd_gen_str(g, "image_digest", sb->image_digest[0] ? sb->image_digest : NULL);
-	lbd_gen_uint(g, "host_uid", sb->host_uid);
-	if (disk_used >= 0)
-		lbd_gen_int(g, "disk_used_bytes", disk_used);
-	else
-		lbd_gen_null(g, "disk_used_bytes");
-	lbd_gen_time(g, "created_at", sb->created_at_ms);
-	lbd_gen_time(g, "last_used_at", sb->last_used_at_ms);
-	if (sb->state == LB_STORE_RUNNING)
-		lbd_gen_time(g, "stops_at", lb_store_stop_at_ms(sb));
-	else
-		lbd_gen_null(g, "stops_at");
-	lbd_gen_time(g, "deletes_at", lb_store_delete_at_ms(sb));
-	lbd_gen_uint(g, "runs", sb->runs);
-	yajl_gen_map_close(g);
-}
-
-void lbd_gen_run(yajl_gen g, const struct lb_store_run *run)
-{
-	yajl_gen_map_open(g);
-	lbd_gen_str(g, "id", run->id);
-	lbd_gen_str(g, "sandbox", run->sandbox);
-	lbd_gen_str(g, "language", run->language);
-	lbd_gen_time(g, "started_at", run->started_at_ms);
-	lbd_gen_uint(g, "duration_ms", run->duration_ms);
-	if (run->exited)
-		lbd_gen_int(g, "exit_code", run->exit_code);
-	else
-		lbd_gen_null(g, "exit_code");
-	lbd_gen_int(g, "signal", run->signal);
-	lbd_gen_bool(g, "timed_out", run->timed_out);
-	lbd_gen_bool(g, "oom_killed", run->oom_killed);
-	lbd_gen_bool(g, "pids_limited", run->pids_limited);
-	lbd_gen_uint(g, "network_blocked", run->network_blocked);
-	lbd_gen_uint(g, "cpu_ms", run->cpu_ms);
-	lbd_gen_uint(g, "peak_memory_bytes", run->peak_memory_bytes);
-	lbd_gen_uint(g, "stdout_bytes", run->stdout_bytes);
-	lbd_gen_uint(g, "stderr_bytes", run->stderr_bytes);
-	lbd_gen_str(g, "outcome", lb_run_outcome_name(lb_run_outcome_of(run)));
-	lbd_gen_str(g, "message", run->message[0] ? run->message : NULL);
-	yajl_gen_map_close(g);
-}

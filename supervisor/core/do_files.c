@@ -1,19 +1,23 @@
 /*
- * api_files.c — PUT/GET /v1/sandboxes/{name}/files/{path} and GET /v1/sandboxes/{name}/files?path=&recursive=.
+ * do_files.c — the core's side of PUT/GET /v1/sandboxes/{name}/files/{path} and
+ * GET /v1/sandboxes/{name}/files?path=&recursive= (LBP_FILE_PUT, LBP_FILE_GET, LBP_FILES_LIST).
  *
- * Runs in lensboxd (root) on connection threads. File requests never take the sandbox's turn, so a run in
+ * Runs in the core (root) on channel threads. A file's bytes come as a sealed memfd (proto.c checked its seals and
+ * size), mapped read-only here; a file going out leaves as the descriptor of a private copy, which the API process
+ * sends to the client. File requests never take the sandbox's turn, so a run in
  * progress does not delay them; they pin the sandbox running (lbd_storage_pin) and do every lookup through
  * files.c's link-refusing openat2. A stopped sandbox is started for the request (its storage is only reachable
  * through its mount), which counts as a use for the idle and keep timers.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "api.h"
+#include "core.h"
 #include "files.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
@@ -43,59 +47,73 @@ static int open_staging_file(const char *dir)
 	return fd;
 }
 
-void lbd_api_file_put(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_file_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
+	const char *name = m->u.file_put.file.name, *path = m->u.file_put.file.path;
+	size_t size = (size_t)m->u.file_put.size;
 	struct lbd_fail f = { 0 };
-	if (lbd_path_check(req->file_path, false, &f) < 0) {
+	if (lbd_path_check(path, false, &f) < 0) {
 		lbd_res_fail(res, &f);
+		return;
+	}
+	/* Safe to map: the memfd is sealed against writes, growing and shrinking (proto.c), so the bytes cannot change
+	 * under the write below and a read cannot fault past the end. */
+	void *data = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, m->fds[0], 0) : NULL;
+	if (size && data == MAP_FAILED) {
+		lbd_res_error(res, 500, "internal", "Mapping the file's bytes failed: %s", strerror(errno));
 		return;
 	}
 	int root;
 	uid_t uid;
 	gid_t gid;
-	if (lbd_storage_pin(req->d, req->name, true, &root, &uid, &gid, &f) < 0) {
+	if (lbd_storage_pin(d, name, true, &root, &uid, &gid, &f) < 0) {
+		if (data)
+			munmap(data, size);
 		lbd_res_fail(res, &f);
 		return;
 	}
-	int r = lbd_file_write(root, req->file_path, req->body ? req->body : "", req->body_len, 0644, uid, gid, &f);
+	int r = lbd_file_write(root, path, data ? data : "", size, 0644, uid, gid, &f);
 	close(root);
-	lbd_storage_unpin(req->d, req->name);
+	lbd_storage_unpin(d, name);
+	if (data)
+		munmap(data, size);
 	if (r < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	yajl_gen g = lbd_gen_new();
 	yajl_gen_map_open(g);
-	lbd_gen_str(g, "path", req->file_path);
-	lbd_gen_uint(g, "size", req->body_len);
+	lbd_gen_str(g, "path", path);
+	lbd_gen_uint(g, "size", size);
 	yajl_gen_map_close(g);
 	lbd_gen_finish(g, res, 201);
 }
 
-void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
+	const char *name = m->u.file.name, *path = m->u.file.path;
 	struct lbd_fail f = { 0 };
-	if (lbd_path_check(req->file_path, false, &f) < 0) {
+	if (lbd_path_check(path, false, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	int root;
 	uid_t uid;
 	gid_t gid;
-	if (lbd_storage_pin(req->d, req->name, false, &root, &uid, &gid, &f) < 0) {
+	if (lbd_storage_pin(d, name, false, &root, &uid, &gid, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	int fd = -1;
 	uint64_t size = 0;
-	int r = lbd_file_open_read(root, req->file_path, LBD_FILE_MAX, &fd, &size, &f);
+	int r = lbd_file_open_read(root, path, LBD_FILE_MAX, &fd, &size, &f);
 	close(root);
 	int copy = -1;
 	if (r == 0) {
 		/* The bytes are copied to an unlinked host file before the sandbox is unpinned: a slow client then
 		 * holds nothing of the sandbox's storage open (which would keep it mounted past a stop). */
 		char tmpdir[300];
-		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", req->d->cfg.state_dir);
+		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", d->cfg.state_dir);
 		copy = open_staging_file(tmpdir);
 		if (copy < 0) {
 			lbd_fail_set(&f, 500, "internal", "Creating a temporary file in %s failed: %s", tmpdir,
@@ -120,7 +138,7 @@ void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res)
 		size = done;
 		close(fd);
 	}
-	lbd_storage_unpin(req->d, req->name);
+	lbd_storage_unpin(d, name);
 	if (r < 0) {
 		if (copy >= 0)
 			close(copy);
@@ -133,30 +151,10 @@ void lbd_api_file_get(struct lbd_req *req, struct lbd_res *res)
 	res->content_type = "application/octet-stream";
 }
 
-void lbd_api_files_list(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_files_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	bool bad = false;
-	_cleanup_free_ char *path = lbd_req_query(req, "path", &bad);
-	_cleanup_free_ char *rec = NULL;
-	if (!bad)
-		rec = lbd_req_query(req, "recursive", &bad);
-	if (bad) {
-		lbd_res_error(res, 400, "invalid_query", "The query string holds a NUL byte or a malformed %%-escape.");
-		return;
-	}
-	bool recursive = false;
-	if (rec) {
-		if (strcmp(rec, "true") == 0 || strcmp(rec, "1") == 0)
-			recursive = true;
-		else if (strcmp(rec, "false") != 0 && strcmp(rec, "0") != 0) {
-			lbd_res_error(res, 422, "invalid_value", "`recursive` must be true or false.");
-			return;
-		}
-	}
-	const char *dir = path ? path : "";
-	/* "." and "/" name the top, as people write them. */
-	if (strcmp(dir, ".") == 0 || strcmp(dir, "/") == 0)
-		dir = "";
+	const char *name = m->u.file.name, *dir = m->u.file.path;
+	bool recursive = m->u.file.recursive != 0;
 	struct lbd_fail f = { 0 };
 	if (lbd_path_check(dir, true, &f) < 0) {
 		lbd_res_fail(res, &f);
@@ -165,14 +163,14 @@ void lbd_api_files_list(struct lbd_req *req, struct lbd_res *res)
 	int root;
 	uid_t uid;
 	gid_t gid;
-	if (lbd_storage_pin(req->d, req->name, false, &root, &uid, &gid, &f) < 0) {
+	if (lbd_storage_pin(d, name, false, &root, &uid, &gid, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	yajl_gen g = lbd_gen_new();
 	int r = lbd_files_list(root, dir, recursive, g, &f);
 	close(root);
-	lbd_storage_unpin(req->d, req->name);
+	lbd_storage_unpin(d, name);
 	if (r < 0) {
 		yajl_gen_free(g);
 		lbd_res_fail(res, &f);

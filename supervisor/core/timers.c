@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "lb/log.h"
-#include "lensboxd.h"
+#include "core.h"
 
 static void *timer_main(void *arg)
 {

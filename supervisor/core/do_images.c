@@ -1,25 +1,27 @@
 /*
- * api_images.c — GET /v1/images, GET and DELETE /v1/images/{ref}, POST /v1/images/pull and POST /v1/images/import:
- * the image store (images/, through images.c) as the API shows it.
+ * do_images.c — the core's side of GET /v1/images, GET and DELETE /v1/images/{ref}, POST /v1/images/pull and
+ * POST /v1/images/import (LBP_IMAGE*): the image store (images/, through images.c) as the API shows it.
  *
- * Runs in lensboxd (root) on connection threads. A pull or an import blocks its own connection's thread for as long
- * as it takes (minutes), never images_mu (images.c), so health, listings and runs of other sandboxes go on. The
- * reference in the path was percent-decoded by routes.c and is validated here (lbd_image_ref_valid) before the
- * store sees it. Import names a path on this host that lensboxd (root) then reads: only a root peer may ask, the
- * path must be absolute with no `..` segment, and it must be a regular file or a directory (never a FIFO, which
- * would block the thread, nor a device). The archive's contents are hostile and are the library's to check.
+ * Runs in the core (root) on channel threads. A pull or an import blocks its own channel's thread for as long as it
+ * takes (minutes), never images_mu (images.c), so health, listings and runs of other sandboxes go on. Every
+ * reference is validated again here (lbd_image_ref_valid) before the store sees it. Import names a path on this host
+ * that the core (root) then reads: only a root client may ask, and the core checks that itself on the client's
+ * connection (the message carries it), never taking the API process's word; the path must be absolute with no `..`
+ * segment, and it must be a regular file or a directory (never a FIFO, which would block the thread, nor a device).
+ * The archive's contents are hostile and are the library's to check.
  */
 #include <errno.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "api.h"
+#include "core.h"
 #include "lb/cleanup.h"
 #include "lb/images.h"
 #include "lb/units.h"
-
-#define IMPORT_PATH_MAX 1024
 
 static void gen_strings(yajl_gen g, const char *key, char *const *list, size_t n)
 {
@@ -82,9 +84,9 @@ static bool ref_checked(const char *ref, struct lbd_res *res)
 	return false;
 }
 
-void lbd_api_images_list(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_images_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
+	(void)m;
 	if (store_missing(d, res))
 		return;
 	struct lb_image_info **list = NULL;
@@ -133,18 +135,18 @@ static void answer_image(struct lbd *d, struct lbd_res *res, const struct lb_ima
 	lbd_gen_finish(g, res, status);
 }
 
-void lbd_api_image_get(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_image_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
-	if (store_missing(d, res) || !ref_checked(req->file_path, res))
+	const char *ref = m->u.image.ref;
+	if (store_missing(d, res) || !ref_checked(ref, res))
 		return;
 	struct lb_image_info *info = NULL;
 	struct lb_error err = { 0 };
 	pthread_mutex_lock(&d->images_mu);
-	int r = lb_image_inspect(d->images, req->file_path, &info, &err);
+	int r = lb_image_inspect(d->images, ref, &info, &err);
 	pthread_mutex_unlock(&d->images_mu);
 	if (r == -ENOENT) {
-		lbd_res_error(res, 404, "image_not_found", "There is no image %.300s here.", req->file_path);
+		lbd_res_error(res, 404, "image_not_found", "There is no image %.300s here.", ref);
 		return;
 	}
 	if (r < 0) {
@@ -155,25 +157,21 @@ void lbd_api_image_get(struct lbd_req *req, struct lbd_res *res)
 	lb_image_info_free(info);
 }
 
-void lbd_api_image_delete(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_image_delete(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
-	if (req->body_len) {
-		lbd_res_error(res, 400, "unexpected_body", "Removing an image takes no request body.");
-		return;
-	}
-	if (store_missing(d, res) || !ref_checked(req->file_path, res))
+	const char *ref = m->u.image.ref;
+	if (store_missing(d, res) || !ref_checked(ref, res))
 		return;
 	struct lb_error err = { 0 };
-	int r = lbd_image_remove(d, req->file_path, NULL, &err);
+	int r = lbd_image_remove(d, ref, NULL, &err);
 	if (r == -ENOENT) {
-		lbd_res_error(res, 404, "image_not_found", "There is no image %.300s here.", req->file_path);
+		lbd_res_error(res, 404, "image_not_found", "There is no image %.300s here.", ref);
 		return;
 	}
 	if (r == -EBUSY) {
 		lbd_res_error(res, 409, "image_in_use",
 			      "The image %.300s is in use: %s. Delete those sandboxes (or change their image) first.",
-			      req->file_path, err.msg);
+			      ref, err.msg);
 		return;
 	}
 	if (r < 0) {
@@ -182,15 +180,15 @@ void lbd_api_image_delete(struct lbd_req *req, struct lbd_res *res)
 	}
 	yajl_gen g = lbd_gen_new();
 	yajl_gen_map_open(g);
-	lbd_gen_str(g, "removed", req->file_path);
+	lbd_gen_str(g, "removed", ref);
 	yajl_gen_map_close(g);
 	lbd_gen_finish(g, res, 200);
 }
 
 /* Pins the image when the request asked (pin: true). Failing to pin is reported, the image stays. */
-static int maybe_pin(struct lbd *d, yajl_val vpin, const char *digest, struct lbd_res *res)
+static int maybe_pin(struct lbd *d, bool pin, const char *digest, struct lbd_res *res)
 {
-	if (!vpin || !YAJL_IS_TRUE(vpin))
+	if (!pin)
 		return 0;
 	struct lb_error err = { 0 };
 	pthread_mutex_lock(&d->images_mu);
@@ -201,31 +199,17 @@ static int maybe_pin(struct lbd *d, yajl_val vpin, const char *digest, struct lb
 	return r;
 }
 
-void lbd_api_image_pull(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_image_pull(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
-	static const struct lbd_jfield fields[] = { { "ref", LBD_J_STRING }, { "pin", LBD_J_BOOL } };
-	struct lbd_fail f = { 0 };
-	yajl_val root = NULL;
-	if (store_missing(d, res))
+	const char *ref = m->u.pull.ref;
+	bool pin = m->u.pull.pin != 0;
+	if (store_missing(d, res) || !ref_checked(ref, res))
 		return;
-	if (lbd_json_object(req->body, req->body_len, fields, LB_ARRAY_SIZE(fields), &root, &f) < 0) {
-		lbd_res_fail(res, &f);
-		return;
-	}
-	yajl_val vref = lbd_json_get(root, "ref");
-	if (!vref) {
-		lbd_res_error(res, 400, "missing_field", "A pull needs `ref`, the image reference to pull.");
-		goto out;
-	}
-	const char *ref = YAJL_GET_STRING(vref);
-	if (!ref_checked(ref, res))
-		goto out;
 	if (strncmp(ref, "sha256:", 7) == 0) {
 		lbd_res_error(res, 422, "invalid_value",
 			      "A pull needs a name (registry/name:tag or @sha256:...), "
 			      "not a bare digest.");
-		goto out;
+		return;
 	}
 	struct lb_image_info *info = NULL;
 	struct lb_error err = { 0 };
@@ -250,78 +234,55 @@ void lbd_api_image_pull(struct lbd_req *req, struct lbd_res *res)
 		default:
 			lbd_res_error(res, 502, "pull_failed", "Pulling %.300s failed: %s", ref, err.msg);
 		}
-		goto out;
+		return;
 	}
-	if (maybe_pin(d, lbd_json_get(root, "pin"), info->config_digest, res) == 0) {
-		if (lbd_json_get(root, "pin") && YAJL_IS_TRUE(lbd_json_get(root, "pin")))
+	if (maybe_pin(d, pin, info->config_digest, res) == 0) {
+		if (pin)
 			info->pinned = true;
 		answer_image(d, res, info, 200, "duration_ms", ms);
 	}
 	lb_image_info_free(info);
-out:
-	yajl_tree_free(root);
 }
 
-/* An absolute path without `.`/`..` segments, NUL or newline, at most IMPORT_PATH_MAX bytes. */
-static bool import_path_ok(const char *p)
+/* The client of this import is root, as lensboxd's own socket says: fd must be a connection accepted on the
+ * configured socket path (so a socket the API process connected elsewhere, to some root service, does not count)
+ * and its peer's uid 0. The API process checked the same; the core does not take its word. */
+static bool client_is_root(const struct lbd *d, int fd)
 {
-	size_t len = strlen(p);
-	if (len < 2 || len > IMPORT_PATH_MAX || p[0] != '/')
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(fd, (struct sockaddr *)&sa, &len) < 0 || sa.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path) ||
+	    strncmp(sa.sun_path, d->cfg.socket_path, sizeof(sa.sun_path)) != 0)
 		return false;
-	for (const char *s = p; *s; s++)
-		if (*s == '\n' || *s == '\r')
-			return false;
-	for (const char *s = p; s && *s;) {
-		s++; /* past '/' */
-		size_t seg = strcspn(s, "/");
-		if ((seg == 1 && s[0] == '.') || (seg == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s = strchr(s, '/');
-	}
-	return true;
+	struct ucred uc;
+	socklen_t ul = sizeof(uc);
+	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) == 0 && uc.uid == 0;
 }
 
-void lbd_api_image_import(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_image_import(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
-	static const struct lbd_jfield fields[] = { { "path", LBD_J_STRING },
-						    { "name", LBD_J_STRING },
-						    { "pin", LBD_J_BOOL } };
-	struct lbd_fail f = { 0 };
-	yajl_val root = NULL;
+	const char *path = m->u.import.path;
+	const char *name = m->u.import.name[0] ? m->u.import.name : NULL;
+	bool pin = m->u.import.pin != 0;
 	if (store_missing(d, res))
 		return;
-	/* The daemon reads the path as root: only a root peer may name one (others could read what they cannot). */
-	if (req->peer_uid != 0) {
-		lbd_res_error(
-		    res, 403, "forbidden",
-		    "Importing reads a file on this host as root: only root may ask (this peer is uid %u); use "
-		    "`lensbox-image import` as root, or push the image to a registry and pull it.",
-		    (unsigned)req->peer_uid);
+	if (!client_is_root(d, m->fds[0])) {
+		lbd_res_error(res, 403, "forbidden",
+			      "Importing reads a file on this host as root: only root may ask; use "
+			      "`lensbox-image import` as root, or push the image to a registry and pull it.");
 		return;
 	}
-	if (lbd_json_object(req->body, req->body_len, fields, LB_ARRAY_SIZE(fields), &root, &f) < 0) {
-		lbd_res_fail(res, &f);
-		return;
-	}
-	yajl_val vpath = lbd_json_get(root, "path"), vname = lbd_json_get(root, "name");
-	if (!vpath) {
-		lbd_res_error(res, 400, "missing_field",
-			      "An import needs `path`: the absolute path of an OCI layout (directory or tar) or a "
-			      "`docker save` archive on the daemon's host.");
-		goto out;
-	}
-	const char *path = YAJL_GET_STRING(vpath);
-	const char *name = vname ? YAJL_GET_STRING(vname) : NULL;
-	if (!import_path_ok(path)) {
+	if (!lbp_host_path_valid(path)) {
 		lbd_res_error(res, 422, "invalid_path",
 			      "`path` must be an absolute path of at most %d bytes with no `.` or `..` segment.",
-			      IMPORT_PATH_MAX);
-		goto out;
+			      LBP_HOST_PATH_MAX);
+		return;
 	}
 	if (name && (!lbd_image_ref_valid(name) || strncmp(name, "sha256:", 7) == 0 || strchr(name, '@'))) {
 		lbd_res_error(res, 422, "invalid_value", "`name` must be an image name like python:3.12-slim.");
-		goto out;
+		return;
 	}
 	struct stat st;
 	if (stat(path, &st) < 0) {
@@ -331,12 +292,12 @@ void lbd_api_image_import(struct lbd_req *req, struct lbd_res *res)
 				      path);
 		else
 			lbd_res_error(res, 422, "invalid_path", "%.300s cannot be read: %s.", path, strerror(e));
-		goto out;
+		return;
 	}
 	if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
 		lbd_res_error(res, 422, "invalid_path",
 			      "%.300s is neither a regular file (an archive) nor a directory (an OCI layout).", path);
-		goto out;
+		return;
 	}
 	struct lb_image_info *info = NULL;
 	struct lb_error err = { 0 };
@@ -357,14 +318,12 @@ void lbd_api_image_import(struct lbd_req *req, struct lbd_res *res)
 		default:
 			lbd_res_error(res, 500, "internal", "Importing %.300s failed: %s", path, err.msg);
 		}
-		goto out;
+		return;
 	}
-	if (maybe_pin(d, lbd_json_get(root, "pin"), info->config_digest, res) == 0) {
-		if (lbd_json_get(root, "pin") && YAJL_IS_TRUE(lbd_json_get(root, "pin")))
+	if (maybe_pin(d, pin, info->config_digest, res) == 0) {
+		if (pin)
 			info->pinned = true;
 		answer_image(d, res, info, 200, "duration_ms", lbd_mono_ms() - t0);
 	}
 	lb_image_info_free(info);
-out:
-	yajl_tree_free(root);
 }

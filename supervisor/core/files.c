@@ -28,7 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "api.h"
+#include "core.h"
 #include "lb/cleanup.h"
 #include "lb/units.h"
 
@@ -40,53 +40,6 @@ static int openat2_safe(int dirfd, const char *path, int flags)
 	struct open_how how = { .flags = (uint64_t)(unsigned)(flags | O_CLOEXEC), .resolve = RESOLVE_SAFE };
 	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 	return fd < 0 ? -errno : fd;
-}
-
-int lbd_path_check(const char *path, bool allow_empty, struct lbd_fail *f)
-{
-	size_t len = strlen(path);
-	if (len == 0) {
-		if (allow_empty)
-			return 0;
-		lbd_fail_set(f, 400, "invalid_path", "The file path is empty.");
-		return -EINVAL;
-	}
-	if (path[0] == '/') {
-		lbd_fail_set(f, 400, "invalid_path", "The file path must be relative to /sandbox, not absolute.");
-		return -EINVAL;
-	}
-	if (len > 4095) {
-		lbd_fail_set(f, 400, "invalid_path", "The file path is longer than 4095 bytes.");
-		return -EINVAL;
-	}
-	const char *p = path;
-	bool first = true;
-	while (*p) {
-		size_t n = strcspn(p, "/");
-		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) {
-			lbd_fail_set(f, 400, "invalid_path",
-				     "The file path may not hold an empty, `.` or `..` component.");
-			return -EINVAL;
-		}
-		if (n > 255) {
-			lbd_fail_set(f, 400, "invalid_path", "A component of the file path is longer than 255 bytes.");
-			return -EINVAL;
-		}
-		if (first && n == 8 && memcmp(p, ".lensbox", 8) == 0) {
-			lbd_fail_set(f, 400, "invalid_path", "`.lensbox` is reserved for lensbox's own use.");
-			return -EINVAL;
-		}
-		first = false;
-		p += n;
-		if (*p == '/') {
-			p++;
-			if (!*p) {
-				lbd_fail_set(f, 400, "invalid_path", "The file path may not end with `/`.");
-				return -EINVAL;
-			}
-		}
-	}
-	return 0;
 }
 
 static void fail_errno(struct lbd_fail *f, int r, const char *what, const char *path)

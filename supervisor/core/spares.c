@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "lb/log.h"
-#include "lensboxd.h"
+#include "core.h"
 
 /* After a failure to make a spare, the thread waits this long before trying again (and logs once per wait). */
 #define SPARE_RETRY_MS 30000
@@ -90,7 +90,7 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 		return NULL;
 	}
 	struct lbd_spec_request defaults;
-	lbd_spec_defaults(d, &defaults);
+	lbd_spec_defaults(&d->cfg, &defaults);
 	const struct lb_store_spec *spec = &defaults.spec;
 	why = lbd_network_unavailable(d, spec->network);
 	if (why) {

@@ -48,11 +48,11 @@ static int route_image(unsigned m, const char *method, const char *rest, struct 
 		       struct lbd_res *res)
 {
 	if (m == M_POST && strcmp(rest, "pull") == 0) {
-		ret->handler = lbd_api_image_pull;
+		ret->handler = lbd_ask_image_pull;
 		return 0;
 	}
 	if (m == M_POST && strcmp(rest, "import") == 0) {
-		ret->handler = lbd_api_image_import;
+		ret->handler = lbd_ask_image_import;
 		return 0;
 	}
 	if (m != M_GET && m != M_DELETE)
@@ -63,7 +63,7 @@ static int route_image(unsigned m, const char *method, const char *rest, struct 
 			      "The image reference holds a NUL byte or a malformed %%-escape.");
 		return -1;
 	}
-	ret->handler = m == M_GET ? lbd_api_image_get : lbd_api_image_delete;
+	ret->handler = m == M_GET ? lbd_ask_image_get : lbd_ask_image_delete;
 	return 0;
 }
 
@@ -76,7 +76,7 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (strcmp(p, "/metrics") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_metrics;
+		ret->handler = lbd_ask_metrics;
 		return 0;
 	}
 	if (strncmp(p, "/v1/", 4) != 0)
@@ -85,13 +85,13 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (strcmp(p, "health") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_health;
+		ret->handler = lbd_ask_health;
 		return 0;
 	}
 	if (strcmp(p, "runs") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_runs_list;
+		ret->handler = lbd_ask_runs_list;
 		return 0;
 	}
 	if (strncmp(p, "runs/", 5) == 0) {
@@ -101,13 +101,13 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 		if (strlen(id) > LB_RUN_ID_LEN || strchr(id, '/') || !*id)
 			return not_found(res);
 		snprintf(ret->name, sizeof(ret->name), "%s", id); /* the run id, checked by the handler */
-		ret->handler = lbd_api_run_get;
+		ret->handler = lbd_ask_run_get;
 		return 0;
 	}
 	if (strcmp(p, "images") == 0 || strcmp(p, "images/") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_images_list;
+		ret->handler = lbd_ask_images_list;
 		return 0;
 	}
 	if (strncmp(p, "images/", 7) == 0)
@@ -115,7 +115,7 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (strcmp(p, "sandboxes") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_sandbox_list;
+		ret->handler = lbd_ask_sandbox_list;
 		return 0;
 	}
 	if (strncmp(p, "sandboxes/", 10) != 0)
@@ -139,13 +139,13 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (*p == '\0') {
 		switch (m) {
 		case M_GET:
-			ret->handler = lbd_api_sandbox_get;
+			ret->handler = lbd_ask_sandbox_get;
 			return 0;
 		case M_PUT:
-			ret->handler = lbd_api_sandbox_put;
+			ret->handler = lbd_ask_sandbox_put;
 			return 0;
 		case M_DELETE:
-			ret->handler = lbd_api_sandbox_delete;
+			ret->handler = lbd_ask_sandbox_delete;
 			return 0;
 		default:
 			return method_fail(res, method);
@@ -155,20 +155,20 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 	if (strcmp(p, "stop") == 0) {
 		if (m != M_POST)
 			return method_fail(res, method);
-		ret->handler = lbd_api_sandbox_stop;
+		ret->handler = lbd_ask_sandbox_stop;
 		return 0;
 	}
 	if (strcmp(p, "runs") == 0) {
 		if (m != M_POST)
 			return method_fail(res, method);
-		ret->handler = lbd_api_run_post;
+		ret->handler = lbd_ask_run;
 		ret->body_max = LBD_JSON_BODY_MAX;
 		return 0;
 	}
 	if (strcmp(p, "files") == 0 || strcmp(p, "files/") == 0) {
 		if (m != M_GET)
 			return method_fail(res, method);
-		ret->handler = lbd_api_files_list;
+		ret->handler = lbd_ask_files_list;
 		return 0;
 	}
 	if (strncmp(p, "files/", 6) == 0) {
@@ -180,11 +180,11 @@ int lbd_route(const char *method, const char *raw_path, struct lbd_route_match *
 			return -1;
 		}
 		if (m == M_GET) {
-			ret->handler = lbd_api_file_get;
+			ret->handler = lbd_ask_file_get;
 			return 0;
 		}
 		if (m == M_PUT) {
-			ret->handler = lbd_api_file_put;
+			ret->handler = lbd_ask_file_put;
 			ret->body_max = LBD_FILE_MAX;
 			ret->too_large_code = "file_too_large";
 			return 0;

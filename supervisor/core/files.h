@@ -11,13 +11,9 @@
 #include <sys/types.h>
 #include <yajl/yajl_gen.h>
 
-#include "lensboxd.h"
+#include "core.h"
 
 #define LBD_LIST_MAX 1000
-
-/* Checks a path relative to /sandbox: not empty (unless allow_empty), no leading '/', no "", "." or ".."
- * component, at most 4095 bytes and 255 a component, not under the reserved .lensbox/. 400 invalid_path. */
-int lbd_path_check(const char *path, bool allow_empty, struct lbd_fail *f);
 
 /* Writes data to root/path atomically (a temporary file in the same directory, then rename), creating missing
  * parents (mode 0755), every new file and directory owned by uid:gid. root is an O_PATH fd of the storage mount. */

@@ -1,7 +1,8 @@
 /*
- * api_sandboxes.c — GET /v1/sandboxes, and GET/PUT/DELETE /v1/sandboxes/{name}, POST /v1/sandboxes/{name}/stop.
+ * do_sandboxes.c — the core's side of GET /v1/sandboxes, GET/PUT/DELETE /v1/sandboxes/{name} and
+ * POST /v1/sandboxes/{name}/stop (messages LBP_SANDBOX_*).
  *
- * Runs in lensboxd (root) on connection threads. Reads come from the store and never wait for a turn (a slow run
+ * Runs in the core (root) on channel threads. Reads come from the store and never wait for a turn (a slow run
  * does not delay a listing); changes (ensure, stop, delete) take the sandbox's turn, so they happen between runs,
  * in arrival order.
  */
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api.h"
+#include "core.h"
 #include "lb/cleanup.h"
 
 /* Writes the sandbox object including disk_used_bytes. */
@@ -22,12 +23,13 @@ static void gen_sandbox_full(struct lbd *d, yajl_gen g, const struct lb_store_sa
 	lbd_gen_sandbox_with_disk(d, g, row, have ? (int64_t)used : -1);
 }
 
-void lbd_api_sandbox_list(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_sandbox_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
+	(void)m;
 	struct lb_store_sandbox *list = NULL;
 	size_t n = 0;
 	struct lb_error err = { 0 };
-	if (lb_store_sandbox_list(req->d->store, LB_STORE_ALL, LB_STORE_BY_NAME, &list, &n, &err) < 0) {
+	if (lb_store_sandbox_list(d->store, LB_STORE_ALL, LB_STORE_BY_NAME, &list, &n, &err) < 0) {
 		lbd_res_error(res, 500, "internal", "Reading the sandboxes failed: %s", err.msg);
 		return;
 	}
@@ -36,20 +38,21 @@ void lbd_api_sandbox_list(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_key(g, "sandboxes");
 	yajl_gen_array_open(g);
 	for (size_t i = 0; i < n; i++)
-		gen_sandbox_full(req->d, g, &list[i]);
+		gen_sandbox_full(d, g, &list[i]);
 	yajl_gen_array_close(g);
 	yajl_gen_map_close(g);
 	free(list);
 	lbd_gen_finish(g, res, 200);
 }
 
-void lbd_api_sandbox_get(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_sandbox_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
+	const char *name = m->u.name.name;
 	struct lb_store_sandbox row;
 	struct lb_error err = { 0 };
-	int r = lb_store_sandbox_get(req->d->store, req->name, &row, &err);
+	int r = lb_store_sandbox_get(d->store, name, &row, &err);
 	if (r == -ENOENT) {
-		lbd_res_error(res, 404, "sandbox_not_found", "There is no sandbox named %s.", req->name);
+		lbd_res_error(res, 404, "sandbox_not_found", "There is no sandbox named %s.", name);
 		return;
 	}
 	if (r < 0) {
@@ -57,27 +60,16 @@ void lbd_api_sandbox_get(struct lbd_req *req, struct lbd_res *res)
 		return;
 	}
 	yajl_gen g = lbd_gen_new();
-	gen_sandbox_full(req->d, g, &row);
+	gen_sandbox_full(d, g, &row);
 	lbd_gen_finish(g, res, 200);
 }
 
-void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_sandbox_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
+	const char *name = m->u.put.name;
 	struct lbd_fail f = { 0 };
-	yajl_val root = NULL;
-	static const struct lbd_jfield any[] = {
-		{ "image", LBD_J_STRING },   { "network", LBD_J_STRING }, { "cpu", LBD_J_SCALAR },
-		{ "memory", LBD_J_SCALAR },  { "disk", LBD_J_SCALAR },	  { "idle_minutes", LBD_J_INT },
-		{ "keep_hours", LBD_J_INT },
-	};
-	if (lbd_json_object(req->body, req->body_len, any, LB_ARRAY_SIZE(any), &root, &f) < 0) {
-		lbd_res_fail(res, &f);
-		return;
-	}
 	struct lbd_spec_request spec;
-	int r = lbd_json_spec(d, root, &spec, &f);
-	yajl_tree_free(root);
+	int r = lbd_spec_from_wire(&d->cfg, &m->u.put.spec, &spec, &f);
 	if (r < 0) {
 		lbd_res_fail(res, &f);
 		return;
@@ -97,7 +89,7 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 		}
 		lbd_image_release(&img);
 	}
-	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, name);
 	if (!sb) {
 		lbd_res_error(res, 500, "internal", "Out of memory.");
 		return;
@@ -110,8 +102,8 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 		return;
 	}
 	struct lb_store_sandbox row;
-	if (lb_store_sandbox_get(d->store, req->name, &row, &err) < 0) {
-		lbd_res_error(res, 404, "sandbox_not_found", "The sandbox %s was deleted meanwhile.", req->name);
+	if (lb_store_sandbox_get(d->store, name, &row, &err) < 0) {
+		lbd_res_error(res, 404, "sandbox_not_found", "The sandbox %s was deleted meanwhile.", name);
 		return;
 	}
 	yajl_gen g = lbd_gen_new();
@@ -127,16 +119,17 @@ void lbd_api_sandbox_put(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_finish(g, res, er.created ? 201 : 200);
 }
 
-void lbd_api_sandbox_delete(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_sandbox_delete(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd_sandbox *sb = lbd_sandbox_acquire(req->d, req->name);
+	const char *name = m->u.name.name;
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, name);
 	if (!sb) {
 		lbd_res_error(res, 500, "internal", "Out of memory.");
 		return;
 	}
 	struct lbd_fail f = { 0 };
-	int r = lbd_sandbox_delete(req->d, sb, &f);
-	lbd_sandbox_release(req->d, sb);
+	int r = lbd_sandbox_delete(d, sb, &f);
+	lbd_sandbox_release(d, sb);
 	if (r < 0) {
 		lbd_res_fail(res, &f);
 		return;
@@ -148,21 +141,18 @@ void lbd_api_sandbox_delete(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_finish(g, res, 200);
 }
 
-void lbd_api_sandbox_stop(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_sandbox_stop(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	if (req->body_len) {
-		lbd_res_error(res, 400, "unexpected_body", "Stopping takes no request body.");
-		return;
-	}
-	struct lbd_sandbox *sb = lbd_sandbox_acquire(req->d, req->name);
+	const char *name = m->u.name.name;
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, name);
 	if (!sb) {
 		lbd_res_error(res, 500, "internal", "Out of memory.");
 		return;
 	}
 	struct lbd_fail f = { 0 };
 	bool was = false;
-	int r = lbd_sandbox_stop(req->d, sb, &was, &f);
-	lbd_sandbox_release(req->d, sb);
+	int r = lbd_sandbox_stop(d, sb, &was, &f);
+	lbd_sandbox_release(d, sb);
 	if (r < 0) {
 		lbd_res_fail(res, &f);
 		return;

@@ -13,7 +13,7 @@
 
 #include "lb/log.h"
 #include "lb/netfilter.h"
-#include "lensboxd.h"
+#include "core.h"
 
 void lbd_network_start(struct lbd *d)
 {

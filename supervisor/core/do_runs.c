@@ -1,8 +1,10 @@
 /*
- * api_runs.c — POST /v1/sandboxes/{name}/runs (one run), GET /v1/runs and GET /v1/runs/{id} (the ledger).
+ * do_runs.c — the core's side of POST /v1/sandboxes/{name}/runs (LBP_RUN: one run), GET /v1/runs and
+ * GET /v1/runs/{id} (the ledger).
  *
- * Runs in lensboxd (root) on the request's connection thread, which may block for the whole run (up to 600 s):
- * other connections have threads of their own. A run holds its sandbox's turn from ensuring the sandbox to the
+ * Runs in the core (root) on the request's channel thread, which may block for the whole run (up to 600 s): other
+ * requests have channels and threads of their own. The API process parsed and checked the body; the source arrives
+ * as a sealed memfd of the size the message states (proto.c checked both), read here once. A run holds its sandbox's turn from ensuring the sandbox to the
  * end of the program, so runs in one sandbox execute one at a time in arrival order.
  *
  * The source is written into the sandbox's private /tmp as /tmp/.lensbox-<run id>/main.py (or main.sh), owned by
@@ -24,7 +26,7 @@
 #include <sys/fsuid.h>
 #include <unistd.h>
 
-#include "api.h"
+#include "core.h"
 #include "files.h"
 #include "output.h"
 #include "lb/cleanup.h"
@@ -32,11 +34,6 @@
 #include "lb/netfilter.h"
 #include "lb/units.h"
 #include "lb/utf8.h"
-
-const struct lbd_jfield lbd_run_fields[LBD_RUN_FIELDS] = {
-	{ "language", LBD_J_STRING },  { "source", LBD_J_STRING },  { "timeout_seconds", LBD_J_INT },
-	{ "output_limit", LBD_J_INT }, { "sandbox", LBD_J_OBJECT },
-};
 
 static const char *signal_name(int sig)
 {
@@ -136,11 +133,11 @@ static void gen_refused(yajl_gen g, const struct lb_exec_result *x, uint64_t net
 	yajl_gen_map_close(g);
 }
 
-/* POST .../runs, validated: what the client asked to run and how. lang and source point into the parsed body. */
+/* LBP_RUN, validated: what the client asked to run and how. source is the caller's (malloc'ed). */
 struct run_request {
 	const char *lang;
 	bool python;
-	const char *source;
+	char *source;
 	size_t source_len;
 	long long timeout, limit; /* seconds; output characters per stream */
 	struct lbd_spec_request spec;
@@ -154,68 +151,53 @@ struct run_outcome {
 	struct lbd_ensure_result er;
 };
 
-/* Step 1: the body's fields, their values and ranges, and the sandbox spec. On a refusal fills res and returns -1. */
-static int read_run_request(struct lbd *d, yajl_val root, struct run_request *ret, struct lbd_res *res)
+/* Step 1: the message's fields as a request: the source read from its memfd, the spec rebuilt from the core's own
+ * configuration and checked again. On a refusal fills res and returns -1. */
+static int read_run_request(struct lbd *d, struct lbp_msg *m, struct run_request *ret, struct lbd_res *res)
 {
-	yajl_val vlang = lbd_json_get(root, "language"), vsrc = lbd_json_get(root, "source");
-	yajl_val vto = lbd_json_get(root, "timeout_seconds"), vlim = lbd_json_get(root, "output_limit");
-	if (!vlang || !vsrc) {
-		lbd_res_error(res, 400, "missing_field", "A run needs `language` and `source`.");
+	const struct lbp_run *w = &m->u.run;
+	ret->python = w->language == LBP_PYTHON;
+	ret->lang = ret->python ? "python" : "bash";
+	ret->timeout = w->timeout_seconds;
+	ret->limit = w->output_limit;
+	ret->source_len = (size_t)w->source_len;
+	ret->source = malloc(ret->source_len + 1);
+	if (!ret->source) {
+		lbd_res_error(res, 500, "internal", "Out of memory.");
 		return -1;
 	}
-	ret->lang = YAJL_GET_STRING(vlang);
-	ret->python = strcmp(ret->lang, "python") == 0;
-	if (!ret->python && strcmp(ret->lang, "bash") != 0) {
-		lbd_res_error(res, 422, "invalid_value", "`language` must be `python` or `bash`.");
+	size_t done = 0;
+	while (done < ret->source_len) {
+		ssize_t n = pread(m->fds[0], ret->source + done, ret->source_len - done, (off_t)done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	ret->source[done] = '\0';
+	if (done != ret->source_len) {
+		lbd_res_error(res, 400, "bad_message", "The run's source could not be read whole.");
 		return -1;
-	}
-	ret->source = YAJL_GET_STRING(vsrc);
-	ret->source_len = strlen(ret->source);
-	if (ret->source_len > LBD_SOURCE_MAX) {
-		lbd_res_error(res, 413, "source_too_large",
-			      "The source is %zu bytes; at most 1 MiB (%u bytes) can run.", ret->source_len,
-			      LBD_SOURCE_MAX);
-		return -1;
-	}
-	ret->timeout = d->cfg.default_timeout_seconds;
-	ret->limit = d->cfg.default_output_limit;
-	if (vto) {
-		ret->timeout = YAJL_GET_INTEGER(vto);
-		if (ret->timeout < 1 || ret->timeout > 600) {
-			lbd_res_error(res, 422, "out_of_range", "`timeout_seconds` must be between 1 and 600.");
-			return -1;
-		}
-	}
-	if (vlim) {
-		ret->limit = YAJL_GET_INTEGER(vlim);
-		if (ret->limit < 1 || ret->limit > 1000000) {
-			lbd_res_error(res, 422, "out_of_range", "`output_limit` must be between 1 and 1000000.");
-			return -1;
-		}
 	}
 	struct lbd_fail f = { 0 };
-	yajl_val vspec = lbd_json_get(root, "sandbox");
-	if (lbd_json_spec(d, vspec, &ret->spec, &f) < 0) {
+	if (lbd_spec_from_wire(&d->cfg, &w->spec, &ret->spec, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return -1;
-	}
-	if (!vspec) {
-		/* No spec: an existing sandbox is used as it is; a new one gets the defaults. */
-		ret->spec.has_image = ret->spec.has_network = false;
 	}
 	return 0;
 }
 
 /* Step 2a, under the turn: the sandbox made to exist and started, its row read, the run's id and ledger names. */
-static int begin_run(struct lbd_req *req, struct lbd_sandbox *sb, const struct run_request *rq, struct run_outcome *o,
-		     struct lb_store_sandbox *ret_row, struct lbd_fail *f, struct lb_error *err, struct lbd_res *res)
+static int begin_run(struct lbd *d, const char *name, struct lbd_sandbox *sb, const struct run_request *rq,
+		     struct run_outcome *o, struct lb_store_sandbox *ret_row, struct lbd_fail *f, struct lb_error *err,
+		     struct lbd_res *res)
 {
-	struct lbd *d = req->d;
 	if (lbd_sandbox_ensure(d, sb, &rq->spec, true, &o->er, f) < 0) {
 		lbd_res_fail(res, f);
 		return -1;
 	}
-	if (lb_store_sandbox_get(d->store, req->name, ret_row, NULL) < 0) {
+	if (lb_store_sandbox_get(d->store, name, ret_row, NULL) < 0) {
 		lbd_res_error(res, 500, "internal", "The sandbox's record vanished during the run.");
 		return -1;
 	}
@@ -224,7 +206,7 @@ static int begin_run(struct lbd_req *req, struct lbd_sandbox *sb, const struct r
 		lbd_res_error(res, 500, "internal", "Making a run id failed: %s", err->msg);
 		return -1;
 	}
-	snprintf(o->run.sandbox, sizeof(o->run.sandbox), "%s", req->name);
+	snprintf(o->run.sandbox, sizeof(o->run.sandbox), "%s", name);
 	snprintf(o->run.language, sizeof(o->run.language), "%s", rq->lang);
 	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s", o->run.id);
 	lbd_sandbox_touch(d, sb);
@@ -322,14 +304,13 @@ static void record_run(struct lbd *d, struct lbd_sandbox *sb, const char *name, 
 
 /* Step 2, under the sandbox's turn: steps 2a to 2d, the source removed after the program. 0 when the program ran
  * (o->x is then the caller's to free); -1 with res filled when it did not. */
-static int run_locked(struct lbd_req *req, struct lbd_sandbox *sb, const struct run_request *rq, struct run_outcome *o,
-		      struct lbd_res *res)
+static int run_locked(struct lbd *d, const char *name, struct lbd_sandbox *sb, const struct run_request *rq,
+		      struct run_outcome *o, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
 	struct lbd_fail f = { 0 };
 	struct lb_error err = { 0 };
 	struct lb_store_sandbox row;
-	if (begin_run(req, sb, rq, o, &row, &f, &err, res) < 0)
+	if (begin_run(d, name, sb, rq, o, &row, &f, &err, res) < 0)
 		return -1;
 	struct lb_sandbox *live = lbd_sandbox_live(sb);
 	int rootfd = lbd_open_sandbox_tmp(lb_sandbox_init_pid(live), &f);
@@ -345,7 +326,7 @@ static int run_locked(struct lbd_req *req, struct lbd_sandbox *sb, const struct 
 		return -1;
 	}
 	uint64_t t0;
-	int r = exec_program(d, req->name, live, rq, &row, inside, o, &t0, &err);
+	int r = exec_program(d, name, live, rq, &row, inside, o, &t0, &err);
 	setfsgid(row.host_gid);
 	setfsuid(row.host_uid);
 	lbd_file_remove(rootfd, rel);
@@ -355,7 +336,7 @@ static int run_locked(struct lbd_req *req, struct lbd_sandbox *sb, const struct 
 	lbd_sandbox_note_use(d, sb); /* the store's last use comes with the ledger row */
 	if (r < 0) {
 		char lf[700];
-		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", req->name, o->run.id, err.msg);
+		snprintf(lf, sizeof(lf), "sandbox=%s run=%s error=\"%s\"", name, o->run.id, err.msg);
 		lb_error(lf, "running the program failed");
 		/* A sandbox whose exec machinery failed may be broken: the next run starts a fresh one. */
 		bool was;
@@ -364,27 +345,27 @@ static int run_locked(struct lbd_req *req, struct lbd_sandbox *sb, const struct 
 		lbd_res_error(res, 500, "internal", "Running the program failed: %s", err.msg);
 		return -1;
 	}
-	record_run(d, sb, req->name, rq, &row, t0, o, &err);
+	record_run(d, sb, name, rq, &row, t0, o, &err);
 	return 0;
 }
 
 /* Step 2: the run, counted in flight, in the sandbox's turn (in arrival order). 0 when the program ran. */
-static int run_in_sandbox(struct lbd_req *req, const struct run_request *rq, struct run_outcome *o, struct lbd_res *res)
+static int run_in_sandbox(struct lbd *d, const char *name, const struct run_request *rq, struct run_outcome *o,
+			  struct lbd_res *res)
 {
-	struct lbd *d = req->d;
 	const char *why = lbd_cannot_run(d);
 	if (why) {
 		lbd_res_error(res, 503, "host_unavailable", "This host cannot run sandboxes: %s", why);
 		return -1;
 	}
 	atomic_fetch_add(&d->metrics.runs_in_flight, 1);
-	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, req->name);
+	struct lbd_sandbox *sb = lbd_sandbox_acquire(d, name);
 	if (!sb) {
 		atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
 		lbd_res_error(res, 500, "internal", "Out of memory.");
 		return -1;
 	}
-	int r = run_locked(req, sb, rq, o, res);
+	int r = run_locked(d, name, sb, rq, o, res);
 	lbd_sandbox_release(d, sb);
 	atomic_fetch_sub(&d->metrics.runs_in_flight, 1);
 	return r;
@@ -446,53 +427,24 @@ static void answer_run(const struct run_request *rq, struct run_outcome *o, stru
 	lb_exec_result_free(x);
 }
 
-void lbd_api_run_post(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_run(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd_fail f = { 0 };
-	yajl_val root = NULL;
-	if (lbd_json_object(req->body, req->body_len, lbd_run_fields, LBD_RUN_FIELDS, &root, &f) < 0) {
-		lbd_res_fail(res, &f);
-		return;
-	}
-	/* root lives until the answer is made: rq's language and source point into it. */
-	struct run_request rq;
+	const char *name = m->u.run.name;
+	struct run_request rq = { 0 };
 	struct run_outcome o = { 0 };
-	if (read_run_request(req->d, root, &rq, res) == 0 && run_in_sandbox(req, &rq, &o, res) == 0)
+	if (read_run_request(d, m, &rq, res) == 0 && run_in_sandbox(d, name, &rq, &o, res) == 0)
 		answer_run(&rq, &o, res);
-	yajl_tree_free(root);
+	free(rq.source);
 }
 
-void lbd_api_runs_list(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_runs_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	bool bad = false;
-	_cleanup_free_ char *sandbox = lbd_req_query(req, "sandbox", &bad);
-	_cleanup_free_ char *slimit = NULL;
-	if (!bad)
-		slimit = lbd_req_query(req, "limit", &bad);
-	if (bad) {
-		lbd_res_error(res, 400, "invalid_query", "The query string holds a NUL byte or a malformed %%-escape.");
-		return;
-	}
-	if (sandbox && !lb_store_name_valid(sandbox)) {
-		lbd_res_error(res, 400, "invalid_name",
-			      "A sandbox name is 1 to 63 characters: lower-case letters, digits, `.`, `_` and `-`, "
-			      "starting with a letter or a digit.");
-		return;
-	}
-	unsigned long limit = 100;
-	if (slimit) {
-		char *end;
-		errno = 0;
-		limit = strtoul(slimit, &end, 10);
-		if (errno || *end || !*slimit || slimit[0] == '-' || limit < 1 || limit > 1000) {
-			lbd_res_error(res, 422, "out_of_range", "`limit` must be an integer between 1 and 1000.");
-			return;
-		}
-	}
+	const char *sandbox = m->u.runs_list.sandbox[0] ? m->u.runs_list.sandbox : NULL;
+	unsigned long limit = m->u.runs_list.limit;
 	struct lb_store_run *list = NULL;
 	size_t n = 0;
 	struct lb_error err = { 0 };
-	if (lb_store_runs_list(req->d->store, sandbox, limit, &list, &n, &err) < 0) {
+	if (lb_store_runs_list(d->store, sandbox, limit, &list, &n, &err) < 0) {
 		lbd_res_error(res, 500, "internal", "Reading the ledger failed: %s", err.msg);
 		return;
 	}
@@ -508,13 +460,12 @@ void lbd_api_runs_list(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_finish(g, res, 200);
 }
 
-void lbd_api_run_get(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_run_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	_cleanup_free_ char *id = lbd_percent_decode(req->name, strlen(req->name));
-	req->name[0] = '\0'; /* not a sandbox name: keep it out of the log's sandbox= field */
+	const char *id = m->u.run_get.id;
 	struct lb_store_run run;
 	struct lb_error err = { 0 };
-	int r = id ? lb_store_run_get(req->d->store, id, &run, &err) : -ENOENT;
+	int r = lb_store_run_get(d->store, id, &run, &err);
 	if (r == -ENOENT || r == -EINVAL) {
 		lbd_res_error(res, 404, "run_not_found", "There is no run with that id.");
 		return;

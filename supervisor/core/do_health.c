@@ -1,7 +1,8 @@
 /*
- * api_health.c — GET /v1/health and GET /metrics.
+ * do_health.c — the core's side of GET /v1/health and GET /metrics (LBP_HEALTH, LBP_METRICS). The API process adds
+ * its own request counters to the metrics.
  *
- * Runs in lensboxd (root) on connection threads; reads only (host facts measured at start, the store's counts,
+ * Runs in the core (root) on channel threads; reads only (host facts measured at start, the store's counts,
  * atomic counters), never waits for a sandbox's turn, so it answers at once even while every sandbox is busy.
  */
 #include <stdarg.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "api.h"
+#include "core.h"
 #include "lb/netfilter.h"
 
 /* Which kinds of refusal a run's result can count on this host, and why not for the others (asked now: an admin may
@@ -29,9 +30,9 @@ static void gen_refusals(yajl_gen g, struct lbd *d)
 	yajl_gen_map_close(g);
 }
 
-void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
+	(void)m;
 	struct lb_store_counts c = { 0 };
 	struct lb_error err = { 0 };
 	bool store_ok = lb_store_counts(d->store, &c, &err) == 0;
@@ -115,6 +116,11 @@ void lbd_api_health(struct lbd_req *req, struct lbd_res *res)
 	lbd_gen_uint(g, "target", spares_target);
 	yajl_gen_map_close(g);
 	lbd_gen_uint(g, "runs_in_flight", in_flight);
+	lbd_gen_key(g, "api_process");
+	yajl_gen_map_open(g);
+	lbd_gen_uint(g, "restarts", atomic_load(&d->metrics.api_restarts));
+	lbd_gen_uint(g, "messages_refused", atomic_load(&d->metrics.messages_refused));
+	yajl_gen_map_close(g);
 	lbd_gen_uint(g, "uptime_seconds", (uint64_t)(lbd_now_ms() - d->started_at_ms) / 1000);
 	yajl_gen_map_close(g);
 	lbd_gen_finish(g, res, 200);
@@ -152,9 +158,9 @@ static void sb_printf(struct sbuf *s, const char *fmt, ...)
 	}
 }
 
-void lbd_api_metrics(struct lbd_req *req, struct lbd_res *res)
+void lbd_do_metrics(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
-	struct lbd *d = req->d;
+	(void)m;
 	struct lb_store_counts c = { 0 };
 	struct lb_error err = { 0 };
 	if (lb_store_counts(d->store, &c, &err) < 0) {
@@ -212,17 +218,14 @@ void lbd_api_metrics(struct lbd_req *req, struct lbd_res *res)
 		  (unsigned long long)atomic_load(&d->metrics.evictions));
 	sb_printf(&s, "lensbox_sandbox_events_total{event=\"recreate\"} %llu\n",
 		  (unsigned long long)atomic_load(&d->metrics.recreations));
-	sb_printf(&s, "# HELP lensbox_api_requests_total API requests answered since lensboxd started, by status.\n"
-		      "# TYPE lensbox_api_requests_total counter\n");
-	for (int st = 100; st < 600; st++) {
-		uint64_t v = atomic_load(&d->metrics.requests_by_status[st]);
-		if (v)
-			sb_printf(&s, "lensbox_api_requests_total{status=\"%d\"} %llu\n", st, (unsigned long long)v);
-	}
-	sb_printf(&s, "# HELP lensbox_api_refused_total Requests from peers not in allowed_uids/allowed_gids.\n"
-		      "# TYPE lensbox_api_refused_total counter\n");
-	sb_printf(&s, "lensbox_api_refused_total %llu\n",
-		  (unsigned long long)atomic_load(&d->metrics.connections_refused));
+	sb_printf(&s, "# HELP lensbox_core_messages_refused_total Malformed messages the core refused from the API "
+		      "process.\n# TYPE lensbox_core_messages_refused_total counter\n");
+	sb_printf(&s, "lensbox_core_messages_refused_total %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.messages_refused));
+	sb_printf(&s, "# HELP lensbox_api_process_restarts_total API processes replaced after they ended.\n"
+		      "# TYPE lensbox_api_process_restarts_total counter\n");
+	sb_printf(&s, "lensbox_api_process_restarts_total %llu\n",
+		  (unsigned long long)atomic_load(&d->metrics.api_restarts));
 	free(res->body);
 	res->body = s.buf;
 	res->len = s.len;
