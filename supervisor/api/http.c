@@ -1,9 +1,10 @@
 /*
  * http.c — the API's transport: the Unix socket the core created, served with libmicrohttpd.
  *
- * Runs in the API process (api_user, confined). libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a run
- * that takes a minute blocks only its own connection: health, listing and file requests on other connections are
- * served at once. Connections are capped (max_connections) and time out (connection_timeout_seconds).
+ * Runs in the API process (api_user, confined). libmicrohttpd runs one thread per connection
+ * (MHD_USE_THREAD_PER_CONNECTION), so a run that takes a minute blocks only its own connection: health, listing and
+ * file requests on other connections are served at once. Connections are capped (max_connections) and time out
+ * (connection_timeout_seconds).
  *
  * Who may connect: the socket is root:<socket_group> mode 0660 inside a directory that no "other" user can enter;
  * each request's peer (SO_PEERCRED: pid, uid, gid) is logged, and when allowed_uids/allowed_gids are set, a peer

@@ -242,4 +242,3 @@ int lbd_json_spec(const struct lbd_config *cfg, yajl_val obj, struct lbd_spec_re
 	}
 	return 0;
 }
-

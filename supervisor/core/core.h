@@ -49,9 +49,9 @@ struct lbd_metrics {
 	atomic_uint_fast64_t idle_stops;
 	atomic_uint_fast64_t keep_deletions;
 	atomic_uint_fast64_t recreations;
-	atomic_uint_fast64_t messages_refused; /* malformed messages from the API process (serve.c) */
-	atomic_uint_fast64_t api_restarts;     /* API processes replaced after they ended (api_proc.c) */
-	atomic_uint_fast64_t channels;	       /* requests the core is serving right now (serve.c) */
+	atomic_uint_fast64_t messages_refused;	/* malformed messages from the API process (serve.c) */
+	atomic_uint_fast64_t api_restarts;	/* API processes replaced after they ended (api_proc.c) */
+	atomic_uint_fast64_t channels;		/* requests the core is serving right now (serve.c) */
 	atomic_uint_fast64_t refused_logged_ms; /* when a refusal was last logged (serve.c's rate limit) */
 };
 

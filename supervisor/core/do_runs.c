@@ -4,8 +4,9 @@
  *
  * Runs in the core (root) on the request's channel thread, which may block for the whole run (up to 600 s): other
  * requests have channels and threads of their own. The API process parsed and checked the body; the source arrives
- * as a sealed memfd of the size the message states (proto.c checked both), read here once. A run holds its sandbox's turn from ensuring the sandbox to the
- * end of the program, so runs in one sandbox execute one at a time in arrival order.
+ * as a sealed memfd of the size the message states (proto.c checked both), read here once. A run holds its sandbox's
+ * turn from ensuring the sandbox to the end of the program, so runs in one sandbox execute one at a time in arrival
+ * order.
  *
  * The source is written into the sandbox's private /tmp as /tmp/.lensbox-<run id>/main.py (or main.sh), owned by
  * the sandbox's uid, so tracebacks carry line numbers and a file name, and /sandbox holds only the user's files; it
