@@ -28,6 +28,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "client.h"
+#include "doctor.h"
 #include "format.h"
 #include "image.h"
 #include "policy_cmd.h"
@@ -37,6 +38,9 @@
 
 #ifndef LENSBOX_POLICY_DIR
 #define LENSBOX_POLICY_DIR "/etc/lensbox/policy"
+#endif
+#ifndef LENSBOX_CONFIG_FILE
+#define LENSBOX_CONFIG_FILE "/etc/lensbox/lensboxd.conf"
 #endif
 #define EXIT_USAGE	 2
 #define EXIT_RUN_FAILED	 125
@@ -97,6 +101,9 @@ static void usage(FILE *f)
 	    "  policy diff [DIR] [--config FILE]  the live nftables table inet lensbox against the files (exit 1\n"
 	    "                                   on drift; root); DIR defaults to " LENSBOX_POLICY_DIR "\n"
 	    "                                   policy commands need no lensboxd\n"
+	    "  doctor [--config FILE]           can this host run lensboxd? checked without it (exit 0 all ok,\n"
+	    "                                   1 a blocking failure, 3 warnings only); FILE defaults to\n"
+	    "                                   " LENSBOX_CONFIG_FILE "\n"
 	    "\n"
 	    "  --socket PATH   lensboxd's socket (default $LENSBOX_SOCKET or " LBC_DEFAULT_SOCKET ")\n"
 	    "  --json          print lensboxd's JSON answer instead of a table\n"
@@ -985,8 +992,15 @@ static int dispatch(const struct opts *o, const char *cmd, int n, char **args)
 		return usage_error("--top belongs to `files`, not `%s`", cmd);
 	if (o->name && strcmp(cmd, "image") != 0)
 		return usage_error("--name belongs to `image import`, not `%s`", cmd);
-	if ((o->no_nft || o->config || o->docker_profile) && strcmp(cmd, "policy") != 0)
-		return usage_error("--no-nft, --config and --docker-profile belong to `policy`, not `%s`", cmd);
+	if ((o->no_nft || o->docker_profile) && strcmp(cmd, "policy") != 0)
+		return usage_error("--no-nft and --docker-profile belong to `policy`, not `%s`", cmd);
+	if (o->config && strcmp(cmd, "policy") != 0 && strcmp(cmd, "doctor") != 0)
+		return usage_error("--config belongs to `policy diff` and `doctor`, not `%s`", cmd);
+	if (strcmp(cmd, "doctor") == 0) {
+		if (n > 0)
+			return usage_error("doctor takes no arguments (--config FILE names lensboxd.conf)");
+		return lbc_cmd_doctor(o->config ? o->config : LENSBOX_CONFIG_FILE, o->json);
+	}
 	if (strcmp(cmd, "policy") == 0) {
 		struct lbc_policy_opts po = {
 			.json = o->json, .no_nft = o->no_nft, .config = o->config, .docker_profile = o->docker_profile
