@@ -142,3 +142,13 @@ def test_lintian(deb):
 def shutil_which(name):
     import shutil
     return shutil.which(name)
+
+
+def test_bash_completion(deb):
+    comp = os.path.join(deb["root"], "usr/share/bash-completion/completions/lensbox")
+    script = (f"source {comp}; COMP_WORDS=(lensbox im); COMP_CWORD=1; _lensbox; echo \"${{COMPREPLY[*]}}\"; "
+              "COMP_WORDS=(lensbox run x --netw); COMP_CWORD=3; _lensbox; echo \"${COMPREPLY[*]}\"; "
+              "COMP_WORDS=(lensbox run --network w); COMP_CWORD=3; _lensbox; echo \"${COMPREPLY[*]}\"")
+    # PATH without lensbox: the sandbox-name completion (lensbox ls) finds nothing and adds nothing
+    p = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env={"PATH": "/nonexistent"})
+    assert p.stdout.splitlines() == ["image", "--network", "web"], p.stdout + p.stderr
