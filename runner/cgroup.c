@@ -62,12 +62,14 @@ static bool has_token(const char *s, const char *word)
 	return false;
 }
 
-/* Our own v2 cgroup path ("0::/path" line of /proc/self/cgroup) into buf, "" when absent. */
-static void own_v2_cgroup(char *buf, size_t size)
+/* Our own v2 cgroup path ("0::/path" line of <root>/proc/self/cgroup) into buf, "" when absent. */
+static void own_v2_cgroup(const char *root, char *buf, size_t size)
 {
 	buf[0] = '\0';
 	_cleanup_free_ char *s = NULL;
-	if (lb_read_file_at(AT_FDCWD, "/proc/self/cgroup", 1 << 16, &s, NULL) < 0)
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/proc/self/cgroup", root);
+	if (lb_read_file_at(AT_FDCWD, path, 1 << 16, &s, NULL) < 0)
 		return;
 	for (char *line = s; line && *line;) {
 		char *nl = strchr(line, '\n');
@@ -143,12 +145,15 @@ static bool detect_usual(struct lb_cg_host *host)
 	return true;
 }
 
-static int detect_mountinfo(struct lb_cg_host *host, struct lb_error *err)
+/* root ("" for the real one) prefixes the file read and the mount points found in it. */
+static int detect_mountinfo(struct lb_cg_host *host, const char *root, struct lb_error *err)
 {
 	_cleanup_free_ char *mi = NULL;
-	int r = lb_read_file_at(AT_FDCWD, "/proc/self/mountinfo", 1 << 22, &mi, NULL);
+	char mipath[PATH_MAX];
+	snprintf(mipath, sizeof(mipath), "%s/proc/self/mountinfo", root);
+	int r = lb_read_file_at(AT_FDCWD, mipath, 1 << 22, &mi, NULL);
 	if (r < 0)
-		return lb_error_set(err, r, "reading /proc/self/mountinfo");
+		return lb_error_set(err, r, "reading %s", mipath);
 	for (char *line = mi; line && *line;) {
 		char *nl = strchr(line, '\n');
 		if (nl)
@@ -160,11 +165,12 @@ static int detect_mountinfo(struct lb_cg_host *host, struct lb_error *err)
 		    sscanf(sep + 3, "%31s %*s %511s", fstype, superopts) == 2) {
 			if (strcmp(fstype, "cgroup2") == 0 && !host->v2_mounted) {
 				host->v2_mounted = true;
-				snprintf(host->v2_mount, sizeof(host->v2_mount), "%s", mnt);
+				snprintf(host->v2_mount, sizeof(host->v2_mount), "%s%s", root, mnt);
 			} else if (strcmp(fstype, "cgroup") == 0) {
 				for (int c = 0; c < LB_CG1_N; c++)
 					if (has_word(superopts, v1_names[c]) && !host->v1_mount[c][0])
-						snprintf(host->v1_mount[c], sizeof(host->v1_mount[c]), "%s", mnt);
+						snprintf(host->v1_mount[c], sizeof(host->v1_mount[c]), "%s%s", root,
+							 mnt);
 			}
 		}
 		line = nl ? nl + 1 : NULL;
@@ -172,12 +178,13 @@ static int detect_mountinfo(struct lb_cg_host *host, struct lb_error *err)
 	return 0;
 }
 
-int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *err)
+/* root: "" for the host itself, else a directory laid out like / (only mountinfo is read there). */
+static int detect_in(struct lb_cg_host *host, const char *root, bool mountinfo, struct lb_error *err)
 {
 	memset(host, 0, sizeof(*host));
-	if (mountinfo || !detect_usual(host)) {
+	if (mountinfo || root[0] || !detect_usual(host)) {
 		memset(host, 0, sizeof(*host));
-		int r = detect_mountinfo(host, err);
+		int r = detect_mountinfo(host, root, err);
 		if (r < 0)
 			return r;
 	}
@@ -190,7 +197,7 @@ int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *
 		    has_token(ctl, "cpu") && has_token(ctl, "pids")) {
 			host->version = LB_CGROUP_V2;
 			char own[PATH_MAX];
-			own_v2_cgroup(own, sizeof(own));
+			own_v2_cgroup(root, own, sizeof(own));
 			/* Once we moved ourselves into <delegated>/daemon (cgroup_v2.c), our cgroup is that leaf: the
 			 * delegated cgroup is its parent. */
 			size_t ol = strlen(own);
@@ -220,9 +227,19 @@ int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *
 			     "hierarchies for memory, cpu, pids and freezer");
 }
 
+int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *err)
+{
+	return detect_in(host, "", mountinfo, err);
+}
+
 int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 {
-	return lb_cg_detect_from(host, false, err);
+	return detect_in(host, "", false, err);
+}
+
+int lb_cg_detect_root(struct lb_cg_host *host, const char *root, struct lb_error *err)
+{
+	return detect_in(host, root ? root : "", false, err);
 }
 
 static int cg_new(const struct lb_cg_host *host, const char *name, bool create, const struct lb_sandbox_limits *lim,

@@ -76,6 +76,9 @@ int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err);
 /* The same, from /proc/self/mountinfo only when mountinfo is true (lb_cg_detect() first tries the usual layout without
  * it); for tests that compare the two. */
 int lb_cg_detect_from(struct lb_cg_host *host, bool mountinfo, struct lb_error *err);
+/* The same under root, a directory laid out like / (root/proc/self/mountinfo names the hierarchies, whose paths are
+ * then taken under root); NULL or "" is lb_cg_detect(). For `lensbox doctor`'s simulated hosts. */
+int lb_cg_detect_root(struct lb_cg_host *host, const char *root, struct lb_error *err);
 
 /* Creates <base>/<name> with the `init` and `run` leaves and writes the limits (swap off). An existing cgroup of
  * the same name (left by a crash) is emptied and reused. On success *ret is the caller's (lb_cg_free). */

@@ -81,8 +81,11 @@ void lb_refusal_support(const struct lb_policy *policy, struct lb_refusal_suppor
 	memset(ret, 0, sizeof(*ret));
 	struct lb_seccomp_notify n;
 	const char *why = NULL;
-	int r = lb_seccomp_notify_prepare(&policy->seccomp, &n, &why);
-	if (r == 0)
+	/* lensboxd serves /v1/health without a policy when it did not load: nothing to count with then. */
+	int r = policy ? lb_seccomp_notify_prepare(&policy->seccomp, &n, &why) : -EINVAL;
+	if (!policy)
+		ret->syscall_why_not = "the policy did not load";
+	else if (r == 0)
 		lb_seccomp_notify_free(&n);
 	else
 		ret->syscall_why_not = why ? why : "out of memory preparing the counting filter";

@@ -28,6 +28,7 @@
 #include <yajl/yajl_gen.h>
 
 #include "client.h"
+#include "doctor.h"
 #include "format.h"
 #include "image.h"
 #include "policy_cmd.h"
@@ -37,6 +38,9 @@
 
 #ifndef LENSBOX_POLICY_DIR
 #define LENSBOX_POLICY_DIR "/etc/lensbox/policy"
+#endif
+#ifndef LENSBOX_CONFIG_FILE
+#define LENSBOX_CONFIG_FILE "/etc/lensbox/lensboxd.conf"
 #endif
 #define EXIT_USAGE	 2
 #define EXIT_RUN_FAILED	 125
@@ -68,42 +72,75 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static const char usage_text[] =
+    "Usage: lensbox [--socket PATH] [--json] COMMAND ...\n"
+    "\n"
+    "  run NAME --python CODE | --bash SCRIPT | FILE   run code in sandbox NAME (created/started as needed)\n"
+    "      [--timeout S] [--output-limit N] [--image REF] [--network off|packages|web] [--cpu C] [--memory M]\n"
+    "      CODE or SCRIPT '-' reads it from standard input; FILE ending .py runs Python, .sh/.bash bash\n"
+    "  ls                               list sandboxes\n"
+    "  inspect NAME                     show one sandbox\n"
+    "  stop NAME                        stop it now (its files stay)\n"
+    "  rm NAME                          stop it and delete it with its files\n"
+    "  files NAME [DIR] [--top]         list its files (recursively unless --top)\n"
+    "  cp LOCAL NAME:PATH               copy a file in (at most 25 MiB; LOCAL '-' is standard input)\n"
+    "  cp NAME:PATH LOCAL               copy a file out (LOCAL '-' is standard output)\n"
+    "  runs [NAME] [--limit N]          the run ledger, newest first\n"
+    "  health                           can this host run sandboxes? (exit 1 when not)\n"
+    "  image pull REF                   pull an image from its registry into lensboxd's store\n"
+    "  image import FILE [--name NAME]  import an OCI layout (directory or tar) or docker save archive\n"
+    "  image ls                         list images: names, digest, size, sandboxes using each\n"
+    "  image inspect REF                show one image (REF: a name, sha256:DIGEST or a 12+ digit prefix)\n"
+    "  image rm REF                     remove it (refused while a sandbox uses it)\n"
+    "  policy check [DIR] [--no-nft]    parse every policy file as lensboxd would: file:line: reason (exit 1)\n"
+    "  policy explain [DIR] [--docker-profile FILE]\n"
+    "                                   the seccomp allowlist against Docker's default, Landlock, limits,\n"
+    "                                   each network tier's egress in words\n"
+    "  policy diff [DIR] [--config FILE]  the live nftables table inet lensbox against the files (exit 1\n"
+    "                                   on drift; root); DIR defaults to " LENSBOX_POLICY_DIR "\n"
+    "                                   policy commands need no lensboxd\n"
+    "  doctor [--config FILE]           can this host run lensboxd? checked without it (exit 0 all ok,\n"
+    "                                   1 a blocking failure, 3 warnings only); FILE defaults to\n"
+    "                                   " LENSBOX_CONFIG_FILE "\n"
+    "\n"
+    "  --socket PATH   lensboxd's socket (default $LENSBOX_SOCKET or " LBC_DEFAULT_SOCKET ")\n"
+    "  --json          print lensboxd's JSON answer instead of a table\n"
+    "\n"
+    "`run` exits with the program's status: 124 when it hit its time limit, 128+N when killed by signal N,\n"
+    "125 when lensbox could not run it. Other commands exit 1 on failure, 2 on a usage error.\n";
+
 static void usage(FILE *f)
 {
-	fputs(
-	    "Usage: lensbox [--socket PATH] [--json] COMMAND ...\n"
-	    "\n"
-	    "  run NAME --python CODE | --bash SCRIPT | FILE   run code in sandbox NAME (created/started as needed)\n"
-	    "      [--timeout S] [--output-limit N] [--image REF] [--network off|packages|web] [--cpu C] [--memory M]\n"
-	    "      CODE or SCRIPT '-' reads it from standard input; FILE ending .py runs Python, .sh/.bash bash\n"
-	    "  ls                               list sandboxes\n"
-	    "  inspect NAME                     show one sandbox\n"
-	    "  stop NAME                        stop it now (its files stay)\n"
-	    "  rm NAME                          stop it and delete it with its files\n"
-	    "  files NAME [DIR] [--top]         list its files (recursively unless --top)\n"
-	    "  cp LOCAL NAME:PATH               copy a file in (at most 25 MiB; LOCAL '-' is standard input)\n"
-	    "  cp NAME:PATH LOCAL               copy a file out (LOCAL '-' is standard output)\n"
-	    "  runs [NAME] [--limit N]          the run ledger, newest first\n"
-	    "  health                           can this host run sandboxes? (exit 1 when not)\n"
-	    "  image pull REF                   pull an image from its registry into lensboxd's store\n"
-	    "  image import FILE [--name NAME]  import an OCI layout (directory or tar) or docker save archive\n"
-	    "  image ls                         list images: names, digest, size, sandboxes using each\n"
-	    "  image inspect REF                show one image (REF: a name, sha256:DIGEST or a 12+ digit prefix)\n"
-	    "  image rm REF                     remove it (refused while a sandbox uses it)\n"
-	    "  policy check [DIR] [--no-nft]    parse every policy file as lensboxd would: file:line: reason (exit 1)\n"
-	    "  policy explain [DIR] [--docker-profile FILE]\n"
-	    "                                   the seccomp allowlist against Docker's default, Landlock, limits,\n"
-	    "                                   each network tier's egress in words\n"
-	    "  policy diff [DIR] [--config FILE]  the live nftables table inet lensbox against the files (exit 1\n"
-	    "                                   on drift; root); DIR defaults to " LENSBOX_POLICY_DIR "\n"
-	    "                                   policy commands need no lensboxd\n"
-	    "\n"
-	    "  --socket PATH   lensboxd's socket (default $LENSBOX_SOCKET or " LBC_DEFAULT_SOCKET ")\n"
-	    "  --json          print lensboxd's JSON answer instead of a table\n"
-	    "\n"
-	    "`run` exits with the program's status: 124 when it hit its time limit, 128+N when killed by signal N,\n"
-	    "125 when lensbox could not run it. Other commands exit 1 on failure, 2 on a usage error.\n",
-	    f);
+	fputs(usage_text, f);
+}
+
+/* `lensbox COMMAND --help`: the lines of the usage text about COMMAND (its line, "  COMMAND ...", and the more
+ * deeply indented lines under it), so the two cannot differ. 0, or 2 for a command the text does not list. */
+static int command_usage(const char *cmd)
+{
+	size_t cl = strlen(cmd);
+	bool in = false, found = false;
+	for (const char *line = usage_text; *line;) {
+		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		bool starts = len > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ';
+		if (starts)
+			in = strncmp(line + 2, cmd, cl) == 0 && (line[2 + cl] == ' ' || line[2 + cl] == '\n');
+		else if (len == 0 || line[0] != ' ')
+			in = false;
+		if (in) {
+			if (!found)
+				fputs("Usage: lensbox [--socket PATH] [--json]\n", stdout);
+			found = true;
+			printf("%.*s\n", (int)len, line);
+		}
+		line += len + (nl ? 1 : 0);
+	}
+	if (!found) {
+		fprintf(stderr, "lensbox: unknown command `%s`\nTry `lensbox --help`.\n", cmd);
+		return 2;
+	}
+	return 0;
 }
 
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
@@ -985,8 +1022,15 @@ static int dispatch(const struct opts *o, const char *cmd, int n, char **args)
 		return usage_error("--top belongs to `files`, not `%s`", cmd);
 	if (o->name && strcmp(cmd, "image") != 0)
 		return usage_error("--name belongs to `image import`, not `%s`", cmd);
-	if ((o->no_nft || o->config || o->docker_profile) && strcmp(cmd, "policy") != 0)
-		return usage_error("--no-nft, --config and --docker-profile belong to `policy`, not `%s`", cmd);
+	if ((o->no_nft || o->docker_profile) && strcmp(cmd, "policy") != 0)
+		return usage_error("--no-nft and --docker-profile belong to `policy`, not `%s`", cmd);
+	if (o->config && strcmp(cmd, "policy") != 0 && strcmp(cmd, "doctor") != 0)
+		return usage_error("--config belongs to `policy diff` and `doctor`, not `%s`", cmd);
+	if (strcmp(cmd, "doctor") == 0) {
+		if (n > 0)
+			return usage_error("doctor takes no arguments (--config FILE names lensboxd.conf)");
+		return lbc_cmd_doctor(o->config ? o->config : LENSBOX_CONFIG_FILE, o->json);
+	}
 	if (strcmp(cmd, "policy") == 0) {
 		struct lbc_policy_opts po = {
 			.json = o->json, .no_nft = o->no_nft, .config = o->config, .docker_profile = o->docker_profile
@@ -1055,6 +1099,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .socket = getenv("LENSBOX_SOCKET") };
+	bool help = false;
 	if (!o.socket || !o.socket[0])
 		o.socket = LBC_DEFAULT_SOCKET;
 	int c;
@@ -1113,8 +1158,8 @@ int main(int argc, char **argv)
 			o.docker_profile = optarg;
 			break;
 		case 'h':
-			usage(stdout);
-			return 0;
+			help = true;
+			break;
 		case OPT_VERSION:
 			printf("lensbox %s\n", LENSBOX_VERSION);
 			return 0;
@@ -1123,6 +1168,13 @@ int main(int argc, char **argv)
 		default:
 			return usage_error("unknown option %s", argv[optind - 1]);
 		}
+	}
+	if (help) {
+		if (optind >= argc) {
+			usage(stdout);
+			return 0;
+		}
+		return command_usage(argv[optind]);
 	}
 	if (optind >= argc) {
 		usage(stderr);

@@ -178,6 +178,8 @@ class FakeLensboxd:
         #: (status, raw body bytes, content type) answered to the next request instead of the model
         self.next_raw: Optional[Tuple[int, bytes, str]] = None
         self.lock = threading.Lock()
+        #: connections accepted so far (the client's keep-alive is tested against it)
+        self.connections = 0
         self._next_uid = 200000
         self._server: Optional[socketserver.ThreadingUnixStreamServer] = None
         self._thread: Optional[threading.Thread] = None
@@ -194,6 +196,11 @@ class FakeLensboxd:
 
             def log_message(self, fmt: str, *args: Any) -> None:  # AF_UNIX has no client address to print
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with fake.lock:
+                    fake.connections += 1
 
             def _serve(self) -> None:
                 fake._handle(self)

@@ -6,6 +6,9 @@
     result = box.run("lens-chat-42", "python", "print(6*7)", timeout=60, files={"data.csv": b"a,b\\n1,2\\n"})
     print(result.exit_code, result.stdout)
 
+The asyncio twin is `lensbox_client.aio.AsyncClient`. Every error is a `SandboxError`; each error code has its own
+subclass (`SandboxNotFound`, `Capacity`, ... in `lensbox_client.errors`), exported here too.
+
 Standard library only; see docs/api.md for the API and docs/lens.md for how Lens uses it.
 """
 
@@ -24,12 +27,14 @@ from .client import (
     RunRecord,
     Refused,
     RunResult,
+    PullProgress,
     Sandbox,
-    SandboxError,
     check_image_ref,
     check_name,
     check_path,
 )
+from .errors import *  # noqa: F401,F403  one class per error code
+from .errors import ERRORS, SandboxError, error_for
 
 __all__ = [
     "DEFAULT_SOCKET",
@@ -46,10 +51,14 @@ __all__ = [
     "RunRecord",
     "Refused",
     "RunResult",
+    "PullProgress",
     "Sandbox",
     "SandboxError",
+    "ERRORS",
+    "error_for",
     "check_image_ref",
     "check_name",
     "check_path",
 ]
+__all__ += [cls.__name__ for cls in ERRORS.values()]
 __version__ = "0.1.0"

@@ -1,9 +1,20 @@
 """The lensboxd client: HTTP/1.1 + JSON over lensboxd's Unix socket, standard library only.
 
-Every method opens its own connection, so one `Client` may be shared by any number of threads (a FastAPI backend's
-worker pool). Every failure, whether lensboxd refused the request, the socket is unreachable, or this client refused
-to send something too large, is raised as one exception type, `SandboxError`, carrying an HTTP-like status, the
-server's snake_case code and a sentence for a person. The contract is docs/api.md.
+Connections are kept alive: a request takes an idle connection from the client's small pool (or opens one) and gives
+it back once its answer is read whole, so one `Client` may be shared by any number of threads (a FastAPI backend's
+worker pool) and a busy backend does not pay a connect per request. Every failure, whether lensboxd refused the
+request, the socket is unreachable, or this client refused to send something too large, is raised as a subclass of
+`SandboxError` (errors.py: one class per error code) carrying an HTTP-like status, the server's snake_case code and
+a sentence for a person. The contract is docs/api.md.
+
+Reconnecting (after lensboxd restarted, or closed an idle connection): a request is sent again, once, on a new
+connection (the other idle ones are dropped) only when lensboxd surely did not act on it:
+  - the kept-alive connection failed while the request was being written (EPIPE, ECONNRESET: the peer was gone and
+    lensboxd acts only on a complete request), for any method;
+  - or it closed before sending a single byte of the answer, for GET, HEAD and PUT only (lensboxd's PUTs, ensure and
+    write_file, give the same result when repeated). A POST (a run, a stop, a pull) or a DELETE is never sent twice:
+    the caller gets DaemonUnreachable and decides.
+A request on a connection opened for it is never retried.
 """
 
 from __future__ import annotations
@@ -13,10 +24,13 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from .errors import SandboxError, error_for
 
 DEFAULT_SOCKET = "/run/lensbox/lensboxd.sock"
 
@@ -39,31 +53,6 @@ IMAGE_TIMEOUT_SECONDS = 3600.0
 IMPORT_PATH_MAX = 1024
 #: What lensboxd lets into an image reference before parsing it (images/src/ref.c checks the grammar).
 _REF_CHARS = re.compile(r"[a-z0-9][A-Za-z0-9._/:@-]{0,254}")
-
-
-class SandboxError(Exception):
-    """Any failure talking to lensboxd.
-
-    status: the HTTP status (400, 403, 404, 409, 413, 422, 429, 502, 503, 500), or 503 when the daemon could not be
-      reached.
-    code: lensboxd's snake_case error code (`sandbox_not_found`, `file_too_large`, `image_in_use`,
-      `registry_error`, ...), or one of this client's:
-      `daemon_unreachable`, `bad_response`, `invalid_name`, `invalid_path`, `file_too_large`, `files_too_large`,
-      `source_too_large`, `invalid_value`.
-    message: a sentence a person understands.
-    """
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.message} ({self.code}, {self.status})"
-
-    def __repr__(self) -> str:
-        return f"SandboxError(status={self.status!r}, code={self.code!r}, message={self.message!r})"
 
 
 @dataclass(frozen=True)
@@ -329,7 +318,7 @@ def _opt_str(v: Any) -> Optional[str]:
 def check_name(name: str) -> str:
     """The sandbox name, or SandboxError(400, invalid_name) when lensboxd would refuse it."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise SandboxError(
+        raise error_for(
             400, "invalid_name", f"{name!r} is not a sandbox name: use 1-63 of a-z 0-9 . _ - starting with a letter or digit"
         )
     return name
@@ -338,10 +327,10 @@ def check_name(name: str) -> str:
 def check_path(path: str) -> str:
     """A path inside /sandbox, relative, without `..`, `.` or empty components; SandboxError(400, invalid_path)."""
     if not isinstance(path, str) or not path or "\0" in path or path.startswith("/"):
-        raise SandboxError(400, "invalid_path", f"{path!r} is not a relative path inside the sandbox")
+        raise error_for(400, "invalid_path", f"{path!r} is not a relative path inside the sandbox")
     parts = path.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise SandboxError(400, "invalid_path", f"{path!r} must not contain empty, '.' or '..' components")
+        raise error_for(400, "invalid_path", f"{path!r} must not contain empty, '.' or '..' components")
     return path
 
 
@@ -351,7 +340,7 @@ def check_image_ref(ref: str) -> str:
     least 12 hex digits; at most 255 characters. Its grammar (tags, digests) is lensboxd's to check."""
     if not isinstance(ref, str) or not _REF_CHARS.fullmatch(ref) or ".." in ref:
         shown = ref[:300] if isinstance(ref, str) else ref
-        raise SandboxError(
+        raise error_for(
             422,
             "invalid_value",
             f"{shown!r} is not an image reference: a name like python:3.12-slim or registry:5000/ns/name@sha256:..., "
@@ -395,17 +384,65 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 
 Body = Union[bytes, Dict[str, Any], None]
 
+#: Idle connections one client keeps (more threads than this open and close their own).
+_POOL_MAX = 8
+#: Methods sent again when a kept-alive connection closed before any byte of the answer (see the module's rule).
+_RETRY_AFTER_SEND = frozenset({"GET", "HEAD", "PUT"})
+
 
 class Client:
     """A client of lensboxd on `socket_path` (default: $LENSBOX_SOCKET, else /run/lensbox/lensboxd.sock, as the
     `lensbox` command). `timeout` bounds every request but runs, which wait for their own time limit plus
-    RUN_GRACE_SECONDS."""
+    RUN_GRACE_SECONDS. Thread-safe; keeps up to 8 idle connections (`close()` or `with Client(...)` drops them)."""
 
     def __init__(self, socket_path: Optional[str] = None, timeout: float = 30.0) -> None:
         self.socket_path = socket_path or os.environ.get("LENSBOX_SOCKET") or DEFAULT_SOCKET
         self.timeout = timeout
+        self._lock = threading.Lock()
+        self._idle: List[_UnixHTTPConnection] = []
+        #: requests sent again on a new connection (see the module's rule); for tests and metrics
+        self.connects_retried = 0
 
     # ---- transport ----
+
+    def _take(self, timeout: float, fresh: bool) -> Tuple[_UnixHTTPConnection, bool]:
+        """An idle kept-alive connection (reused: True) or, when there is none or fresh, a new one; its timeout set
+        for this request."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle and not fresh else None
+        if conn is not None:
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            return conn, True
+        return _UnixHTTPConnection(self.socket_path, timeout), False
+
+    def _give_back(self, conn: _UnixHTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < _POOL_MAX:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _stale(self) -> bool:
+        """A kept-alive connection was found dead (lensboxd restarted, or closed it idle): the other idle ones are
+        likely dead too. Drops them; the request goes once more on a new connection."""
+        self.connects_retried += 1
+        self.close()
+        return True
+
+    def close(self) -> None:
+        """Closes the idle connections. The client stays usable: the next request opens a new one."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def _send(
         self,
@@ -419,50 +456,53 @@ class Client:
     ) -> Tuple[int, bytes]:
         """Sends one request; returns (status, body bytes). Raises SandboxError on a status >= 400 or when lensboxd
         cannot be reached. With raw, a 2xx body is read with the max_bytes bound (413 file_too_large past it)."""
-        headers = {"Accept": "application/json"}
-        data: Optional[bytes] = None
-        if isinstance(body, dict):
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        elif body is not None:
-            data = bytes(body)
-            headers["Content-Type"] = "application/octet-stream"
-        if data is not None or method in ("POST", "PUT"):
-            headers["Content-Length"] = str(len(data or b""))
-        conn = _UnixHTTPConnection(self.socket_path, self.timeout if timeout is None else timeout)
-        try:
+        data, headers = _encode_body(method, body)
+        t = self.timeout if timeout is None else timeout
+        fresh = False
+        while True:
+            conn, reused = self._take(t, fresh)
+            keep = False
             try:
-                conn.request(method, path, body=data, headers=headers)
-                resp = conn.getresponse()
+                try:
+                    conn.request(method, path, body=data, headers=headers)
+                except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
+                    if reused:  # the request did not reach lensboxd whole: it cannot have acted on it
+                        fresh = self._stale()
+                        continue
+                    raise
+                try:
+                    resp = conn.getresponse()
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    if reused and method in _RETRY_AFTER_SEND:
+                        fresh = self._stale()
+                        continue
+                    raise
                 status = resp.status
                 if raw and status < 400:
                     payload = _read_bounded(resp, max_bytes)
                 else:
                     payload = resp.read(1 << 26)  # JSON answers are far below 64 MiB
+                # reusable only when the answer was read whole and lensboxd keeps the connection open
+                keep = resp.isclosed() and not resp.will_close
             except (OSError, http.client.HTTPException) as e:
-                raise SandboxError(
+                raise error_for(
                     503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path}: {e}"
                 ) from None
-        finally:
-            conn.close()
-        if status >= 400:
-            raise _error_from(status, payload)
-        return status, payload
+            finally:
+                if keep:
+                    self._give_back(conn)
+                else:
+                    conn.close()
+            if status >= 400:
+                raise _error_from(status, payload)
+            return status, payload
 
     def _request(
         self, method: str, path: str, body: Body = None, *, timeout: Optional[float] = None
     ) -> Tuple[int, Dict[str, Any]]:
         """Sends one request and parses its JSON object answer."""
         status, payload = self._send(method, path, body, timeout=timeout)
-        if not payload:
-            return status, {}
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
-            raise SandboxError(502, "bad_response", f"lensboxd answered {method} {path} with something that is not a JSON object")
-        return status, obj
+        return status, _json_object(method, path, payload)
 
     # ---- sandboxes ----
 
@@ -525,15 +565,7 @@ class Client:
         checked before anything is sent. With files, the sandbox is ensured first (with `spec`: image, network,
         ...), so a change of image or network cannot wipe them afterwards. A program that fails is a
         result, not an exception: look at exit_code, timed_out, oom_killed and message."""
-        check_name(name)
-        if language not in ("python", "bash"):
-            raise SandboxError(422, "invalid_value", f"language must be python or bash, not {language!r}")
-        if not isinstance(source, str):
-            raise SandboxError(422, "invalid_value", "source must be a string")
-        if len(source.encode("utf-8", "surrogatepass")) > SOURCE_MAX:
-            raise SandboxError(413, "source_too_large", f"the source is larger than {SOURCE_MAX // 1024} KiB")
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 600:
-            raise SandboxError(422, "out_of_range", f"timeout must be 1-600 seconds, not {timeout!r}")
+        _check_run(name, language, source, timeout)
         uploads = _check_files(files or {})
         spec_body = _spec_body(dict(spec or {}))
 
@@ -573,7 +605,7 @@ class Client:
     def get_run(self, run_id: str) -> RunRecord:
         """One ledger row by its id (SandboxError 404 run_not_found)."""
         if not isinstance(run_id, str) or not re.fullmatch(r"[0-9a-z]{26}", run_id):
-            raise SandboxError(404, "run_not_found", f"{run_id!r} is not a lensbox run id")
+            raise error_for(404, "run_not_found", f"{run_id!r} is not a lensbox run id")
         return RunRecord.from_json(self._request("GET", f"/v1/runs/{run_id}")[1])
 
     # ---- files ----
@@ -585,16 +617,7 @@ class Client:
         if path:
             q["path"] = check_path(path)
         d = self._request("GET", f"/v1/sandboxes/{check_name(name)}/files?" + urllib.parse.urlencode(q))[1]
-        entries = [
-            FileEntry(
-                path=str(e.get("path", "")),
-                type=str(e.get("type", "")),
-                size=int(e.get("size") or 0),
-                modified_at=_opt_str(e.get("modified_at")),
-            )
-            for e in d.get("files", [])
-        ]
-        return FileList(files=entries, more=int(d.get("more") or 0))
+        return _files_from(d)
 
     def read_file(self, name: str, path: str, *, max_bytes: int = FILE_MAX) -> bytes:
         """The bytes of one regular file of the sandbox, at most max_bytes (SandboxError 413 file_too_large past
@@ -606,7 +629,7 @@ class Client:
         """Writes data to /sandbox/{path} atomically (parents created). At most 25 MiB."""
         data = bytes(data)
         if len(data) > FILE_MAX:
-            raise SandboxError(413, "file_too_large", f"{path} is {len(data)} bytes; one file may be at most 25 MiB")
+            raise error_for(413, "file_too_large", f"{path} is {len(data)} bytes; one file may be at most 25 MiB")
         url = f"/v1/sandboxes/{check_name(name)}/files/{_quote_path(check_path(path))}"
         return self._request("PUT", url, data)[1]
 
@@ -622,22 +645,28 @@ class Client:
         digits of it, with its env, working_dir and rootfs; SandboxError 404 image_not_found."""
         return Image.from_json(self._request("GET", _image_path(ref))[1].get("image") or {})
 
-    def pull_image(self, ref: str, *, pin: bool = False, timeout: float = IMAGE_TIMEOUT_SECONDS) -> ImageResult:
+    def pull_image(
+        self,
+        ref: str,
+        *,
+        pin: bool = False,
+        timeout: float = IMAGE_TIMEOUT_SECONDS,
+        progress: Optional[ProgressCallback] = None,
+    ) -> ImageResult:
         """Pulls ref from its registry into lensboxd's store (POST /v1/images/pull), with the daemon's
         insecure_registries, CA file and credentials; pin: never garbage-collect it. lensboxd answers when the image
         is in the store, so this waits up to `timeout` seconds (an hour by default), not the client's own timeout.
         SandboxError 404 image_not_found (the registry has none for this platform), 502 registry_error (unreachable,
         credentials refused, a blob that does not match its digest), 422 invalid_value (a bare digest: a pull needs a
-        name)."""
-        check_image_ref(ref)
-        if ref.startswith("sha256:"):
-            raise SandboxError(
-                422, "invalid_value", "A pull needs a name (registry/name:tag or @sha256:...), not a bare digest."
-            )
-        body: Dict[str, Any] = {"ref": ref}
-        if pin:
-            body["pin"] = True
-        return self._image_result("/v1/images/pull", body, timeout)
+        name).
+
+        progress (optional) is called with a PullProgress: today lensboxd answers a pull only when it ends, so it is
+        called once, with phase "done" and the image's size; once lensboxd streams progress (docs/api.md will say
+        so), the same callback gets each layer's bytes as they arrive."""
+        body = _pull_body(ref, pin)
+        result = self._image_result("/v1/images/pull", body, timeout)
+        _report_done(progress, result)
+        return result
 
     def import_image(
         self,
@@ -653,23 +682,7 @@ class Client:
         os.path.realpath, as `lensbox image import` does. Waits up to `timeout` seconds. SandboxError 404
         path_not_found, 422 invalid_path (not a regular file or a directory), 422 invalid_image (an archive that
         fails verification or the bounds: the message names the blob or entry)."""
-        raw_path = os.fspath(path)
-        if not isinstance(raw_path, str) or not raw_path or "\0" in raw_path:
-            raise SandboxError(422, "invalid_path", f"{raw_path!r} is not a path of an image on lensboxd's host")
-        full = os.path.realpath(raw_path)
-        if len(full.encode("utf-8", "surrogateescape")) > IMPORT_PATH_MAX:
-            raise SandboxError(422, "invalid_path", f"the path of an import may be at most {IMPORT_PATH_MAX} bytes")
-        body: Dict[str, Any] = {"path": full}
-        if name is not None:
-            check_image_ref(name)
-            if name.startswith("sha256:") or "@" in name:
-                raise SandboxError(
-                    422, "invalid_value", f"{name!r}: an import's name must be an image name like python:3.12-slim."
-                )
-            body["name"] = name
-        if pin:
-            body["pin"] = True
-        return self._image_result("/v1/images/import", body, timeout)
+        return self._image_result("/v1/images/import", _import_body(path, name, pin), timeout)
 
     def delete_image(self, ref: str, *, missing_ok: bool = True) -> bool:
         """Removes a name (the image goes with its last name) or, by digest, the image with all its names. True when
@@ -684,9 +697,7 @@ class Client:
         return True
 
     def _image_result(self, path: str, body: Dict[str, Any], timeout: float) -> ImageResult:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise SandboxError(422, "invalid_value", f"timeout must be a positive number of seconds, not {timeout!r}")
-        d = self._request("POST", path, body, timeout=float(timeout))[1]
+        d = self._request("POST", path, body, timeout=_check_timeout(timeout))[1]
         return ImageResult(image=Image.from_json(d.get("image") or {}), duration_ms=int(d.get("duration_ms") or 0))
 
     # ---- metrics ----
@@ -696,10 +707,90 @@ class Client:
         return self._send("GET", "/metrics", raw=True, max_bytes=16 << 20)[1].decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class PullProgress:
+    """One report of a pull in progress. phase: "done" (the image is in the store; more phases come with streamed
+    progress: "manifest", "layer", "unpack"); layer: the blob's digest, None for the whole image; done_bytes and
+    total_bytes: bytes so far and expected (total None when unknown)."""
+
+    phase: str
+    layer: Optional[str]
+    done_bytes: int
+    total_bytes: Optional[int]
+
+
+ProgressCallback = Callable[[PullProgress], None]
+
+
+def _pull_body(ref: str, pin: bool) -> Dict[str, Any]:
+    check_image_ref(ref)
+    if ref.startswith("sha256:"):
+        raise error_for(422, "invalid_value", "A pull needs a name (registry/name:tag or @sha256:...), not a bare digest.")
+    body: Dict[str, Any] = {"ref": ref}
+    if pin:
+        body["pin"] = True
+    return body
+
+
+def _report_done(progress: Optional[ProgressCallback], result: ImageResult) -> None:
+    if progress is not None:
+        size = result.image.size_bytes
+        progress(PullProgress(phase="done", layer=None, done_bytes=size, total_bytes=size))
+
+
+def _import_body(path: Union[str, "os.PathLike[str]"], name: Optional[str], pin: bool) -> Dict[str, Any]:
+    raw_path = os.fspath(path)
+    if not isinstance(raw_path, str) or not raw_path or "\0" in raw_path:
+        raise error_for(422, "invalid_path", f"{raw_path!r} is not a path of an image on lensboxd's host")
+    full = os.path.realpath(raw_path)
+    if len(full.encode("utf-8", "surrogateescape")) > IMPORT_PATH_MAX:
+        raise error_for(422, "invalid_path", f"the path of an import may be at most {IMPORT_PATH_MAX} bytes")
+    body: Dict[str, Any] = {"path": full}
+    if name is not None:
+        check_image_ref(name)
+        if name.startswith("sha256:") or "@" in name:
+            raise error_for(422, "invalid_value", f"{name!r}: an import's name must be an image name like python:3.12-slim.")
+        body["name"] = name
+    if pin:
+        body["pin"] = True
+    return body
+
+
+def _check_timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise error_for(422, "invalid_value", f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+def _check_run(name: str, language: str, source: str, timeout: int) -> None:
+    check_name(name)
+    if language not in ("python", "bash"):
+        raise error_for(422, "invalid_value", f"language must be python or bash, not {language!r}")
+    if not isinstance(source, str):
+        raise error_for(422, "invalid_value", "source must be a string")
+    if len(source.encode("utf-8", "surrogatepass")) > SOURCE_MAX:
+        raise error_for(413, "source_too_large", f"the source is larger than {SOURCE_MAX // 1024} KiB")
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 600:
+        raise error_for(422, "out_of_range", f"timeout must be 1-600 seconds, not {timeout!r}")
+
+
+def _files_from(d: Mapping[str, Any]) -> FileList:
+    entries = [
+        FileEntry(
+            path=str(e.get("path", "")),
+            type=str(e.get("type", "")),
+            size=int(e.get("size") or 0),
+            modified_at=_opt_str(e.get("modified_at")),
+        )
+        for e in d.get("files", [])
+    ]
+    return FileList(files=entries, more=int(d.get("more") or 0))
+
+
 def _spec_body(spec: Mapping[str, Any]) -> Dict[str, Any]:
     unknown = sorted(set(spec) - set(_SPEC_KEYS))
     if unknown:
-        raise SandboxError(400, "unknown_field", f"unknown sandbox setting {unknown[0]!r}; known: {', '.join(_SPEC_KEYS)}")
+        raise error_for(400, "unknown_field", f"unknown sandbox setting {unknown[0]!r}; known: {', '.join(_SPEC_KEYS)}")
     return {k: v for k, v in spec.items() if v is not None}
 
 
@@ -709,13 +800,13 @@ def _check_files(files: Mapping[str, bytes]) -> List[Tuple[str, bytes]]:
     for path, data in files.items():
         check_path(path)
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise SandboxError(422, "invalid_value", f"{path}: file contents must be bytes")
+            raise error_for(422, "invalid_value", f"{path}: file contents must be bytes")
         b = bytes(data)
         if len(b) > FILE_MAX:
-            raise SandboxError(413, "file_too_large", f"{path} is {len(b)} bytes; one file may be at most 25 MiB")
+            raise error_for(413, "file_too_large", f"{path} is {len(b)} bytes; one file may be at most 25 MiB")
         total += len(b)
         if total > RUN_FILES_MAX:
-            raise SandboxError(413, "files_too_large", "the files of one run may be at most 100 MiB together")
+            raise error_for(413, "files_too_large", "the files of one run may be at most 100 MiB together")
         out.append((path, b))
     return out
 
@@ -725,22 +816,49 @@ def _read_bounded(resp: http.client.HTTPResponse, max_bytes: Optional[int]) -> b
         return resp.read()
     length = resp.getheader("Content-Length")
     if length is not None and length.isdigit() and int(length) > max_bytes:
-        raise SandboxError(
+        raise error_for(
             413, "file_too_large", f"The file is {int(length)} bytes; at most {max_bytes} bytes can be copied out."
         )
     data = resp.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise SandboxError(413, "file_too_large", f"The file is larger than the {max_bytes} bytes that can be copied out.")
+        raise error_for(413, "file_too_large", f"The file is larger than the {max_bytes} bytes that can be copied out.")
     return data
+
+
+def _json_object(method: str, path: str, payload: bytes) -> Dict[str, Any]:
+    if not payload:
+        return {}
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise error_for(502, "bad_response", f"lensboxd answered {method} {path} with something that is not a JSON object")
+    return obj
+
+
+def _encode_body(method: str, body: Body) -> Tuple[Optional[bytes], Dict[str, str]]:
+    """The request's bytes and headers (Accept, and Content-Type and Content-Length when it has a body)."""
+    headers = {"Accept": "application/json"}
+    data: Optional[bytes] = None
+    if isinstance(body, dict):
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        headers["Content-Type"] = "application/json"
+    elif body is not None:
+        data = bytes(body)
+        headers["Content-Type"] = "application/octet-stream"
+    if data is not None or method in ("POST", "PUT"):
+        headers["Content-Length"] = str(len(data or b""))
+    return data, headers
 
 
 def _error_from(status: int, payload: bytes) -> SandboxError:
     try:
         e = json.loads(payload)["error"]
-        return SandboxError(status, str(e["code"]), str(e["message"]))
+        return error_for(status, str(e["code"]), str(e["message"]))
     except (ValueError, KeyError, TypeError):
         text = payload[:200].decode("utf-8", "replace").strip() or http.client.responses.get(status, "error")
-        return SandboxError(status, "http_error", f"lensboxd answered {status}: {text}")
+        return error_for(status, "http_error", f"lensboxd answered {status}: {text}")
 
 
 def _image_path(ref: str) -> str:

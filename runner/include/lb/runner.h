@@ -33,6 +33,8 @@ struct lb_host_facts {
 	int landlock_abi;	       /* 0: none */
 	enum lb_cgroup_version cgroup; /* the hierarchy sandboxes' limits use */
 	bool cgroup_v2_mounted;	       /* a v2 hierarchy exists even if v1 carries the controllers */
+	char cgroup_v2_mount[256];     /* where, when cgroup_v2_mounted */
+	bool cgroup_delegated;	       /* v2: our cgroup was delegated to us (systemd's Delegate=yes) */
 	char cgroup_root[256];	       /* lensbox's own subtree, e.g. /sys/fs/cgroup/lensbox or the v1 "lensbox" */
 	bool seccomp;		       /* SECCOMP_MODE_FILTER available */
 	bool user_namespaces;	       /* root may create them (user.max_user_namespaces > 0) */
@@ -43,6 +45,16 @@ struct lb_host_facts {
 /* Measures the host against the policy (Landlock minimum ABI, cgroup controllers...). Never fails: what is
  * missing is written into facts->why_not. */
 void lb_host_probe(const struct lb_policy *policy, struct lb_host_facts *facts);
+
+/* Where lb_host_probe_at() looks. root: "" or NULL for the host; else a directory laid out like / whose proc/, sys/
+ * and dev/ files are read instead (cgroups from root/proc/self/mountinfo). landlock_abi >= 0 replaces the kernel's
+ * answer, < 0 asks the kernel. For `lensbox doctor`'s simulated hosts in tests; lensboxd uses lb_host_probe(). */
+struct lb_host_probe_opts {
+	const char *root;
+	int landlock_abi;
+};
+void lb_host_probe_at(const struct lb_policy *policy, const struct lb_host_probe_opts *opts,
+		      struct lb_host_facts *facts);
 
 struct lb_sandbox_limits {
 	uint32_t cpu_millicores; /* 0: unlimited */
@@ -116,7 +128,8 @@ struct lb_refusals {
 	uint64_t filesystem;	  /* file accesses Landlock refused */
 	bool audit_lost;	  /* records were dropped: the two counts above may be low */
 };
-/* Which kinds this host can report, for /v1/health: NULL when it can, else a sentence saying why not. */
+/* Which kinds this host can report, for /v1/health: NULL when it can, else a sentence saying why not. policy may be
+ * NULL (it did not load): syscalls then cannot be counted. */
 struct lb_refusal_support {
 	const char *syscall_why_not;
 	const char *filesystem_why_not;
