@@ -757,11 +757,11 @@ void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h)
 {
 	h->services_isolated = ctx->services_uid != 0;
 	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
-	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
 	if (h->services_isolated) {
-		lb_services_state(ctx, &h->services_supervised, &h->services_worker_pid, &h->services_restarts);
+		lb_services_state(ctx, h);
 		h->services_landlock_abi = ctx->services_status ? atomic_load(&ctx->services_status->landlock_abi) : 0;
 	} else {
+		h->services_pid = (unsigned)getpid();
 		h->services_supervised = true; /* our own threads: they live as long as we do */
 		h->services_worker_pid = h->services_pid;
 		h->services_restarts = 0;

@@ -75,14 +75,19 @@ struct lb_net_health {
 	bool services_isolated;	      /* the resolver and relay run in unprivileged processes of their own ... */
 	bool services_alive;	      /* ... a worker serves (false while one is replaced, or for good once the
 					 supervisor is gone: DNS and the relay are then refused) */
-	bool services_supervised;     /* isolated: the supervisor runs, so a worker that ends is replaced; false for
-					 good once it is gone (lb_net_free and lb_net_init again bring them back) */
-	unsigned services_pid;	      /* the supervisor (isolated) or the caller */
+	bool services_supervised;     /* isolated: the keeper runs, so a supervisor or worker that ends is replaced;
+					 false for good once it is gone (lb_net_free and lb_net_init again bring them
+					 back) */
+	unsigned services_keeper_pid; /* isolated: the keeper (the caller's child, parent of the supervisor) */
+	unsigned services_pid;	      /* the supervisor serving now (isolated; 0 while it is replaced) or the caller */
 	unsigned services_worker_pid; /* the worker serving now (isolated; 0 while it is replaced) or the caller */
 	unsigned services_restarts;   /* workers started after the first (a worker ended: crashed or killed) */
-	int services_landlock_abi;    /* isolated: the Landlock ABI the worker confined itself with (0: none) */
-	bool flow_offload;	      /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
-	char flow_offload_why[160];   /* when not: why (the kernel's refusal, "no uplink", "turned off") */
+	unsigned services_supervisor_restarts; /* supervisors started after the first (one ended) */
+	bool services_crash_loop;	       /* workers or supervisors keep dying within 1 s of starting: each is
+						  replaced only 5 s after the last, until one serves 10 s */
+	int services_landlock_abi;  /* isolated: the Landlock ABI the worker confined itself with (0: none) */
+	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
+	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
 };
 
 /* What lb_net_attach() built. */
