@@ -32,6 +32,8 @@ void lbd_network_start(struct lbd *d)
 		.pool = d->cfg.network_pool,
 		.dns_upstream = d->cfg.dns_upstream[0] ? d->cfg.dns_upstream : NULL,
 		.services_uid = d->cfg.services_uid,
+		.dns_per_sandbox = d->cfg.dns_per_sandbox,
+		.relay_per_sandbox = d->cfg.relay_per_sandbox,
 	};
 	struct lb_error err = { 0 };
 	if (lb_net_init(&nc, &d->net, &err) < 0) {

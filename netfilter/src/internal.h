@@ -65,7 +65,7 @@ struct lb_services_status {
 };
 struct relay_conn; /* one relayed connection (services.c) */
 
-#define LB_RELAY_CONNS_MAX 256
+#define LB_RELAY_CONNS_MAX ((int)LB_NET_RELAY_CONNS_MAX)
 
 struct lb_net {
 	pthread_mutex_t lock;
@@ -79,7 +79,8 @@ struct lb_net {
 	struct sockaddr_in upstream;
 	uint16_t resolver_port, relay_port;
 	uint32_t timeout_ms;
-	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
+	uint32_t dns_per_sandbox, relay_per_sandbox; /* each sandbox's share of the services' bounds */
+	uint32_t veth_gso_max;			     /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
 	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */
@@ -199,8 +200,6 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
 enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
-#define LB_SLOT_DNS_MAX	  16 /* queries in flight per sandbox */
-#define LB_SLOT_RELAY_MAX 64 /* relayed connections per sandbox */
 /* Takes one unit of a sandbox's share; false (and nothing taken) when it is used up. */
 bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what);
 void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what);

@@ -200,7 +200,8 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
-			"                         [--veth-gso-max BYTES] [--no-offload]\n"
+			"                         [--veth-gso-max BYTES] [--no-offload] [--dns-per-sandbox N]\n"
+			"                         [--relay-per-sandbox N]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -318,6 +319,8 @@ int main(int argc, char **argv)
 		{ "services-uid", required_argument, NULL, 'u' },
 		{ "veth-gso-max", required_argument, NULL, 'g' },
 		{ "no-offload", no_argument, NULL, 'o' },
+		{ "dns-per-sandbox", required_argument, NULL, 'D' },
+		{ "relay-per-sandbox", required_argument, NULL, 'R' },
 		{ 0 },
 	};
 	int c;
@@ -354,6 +357,12 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			cfg.no_flow_offload = true;
+			break;
+		case 'D':
+			cfg.dns_per_sandbox = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'R':
+			cfg.relay_per_sandbox = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();

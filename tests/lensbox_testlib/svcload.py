@@ -8,7 +8,7 @@ fair-share tests (and tests/chaos/) measure answers and latency with.
 Run as `python3 svcload.py MODE JSON` inside the namespace (`ip netns exec`), it sends one attempt at a time, every
 `interval` seconds, each bounded by `timeout`, until its stdin closes, and prints one line per attempt. Flood modes
 (`relay_hold`: hold `conns` idle connections to the relay, reopening those it resets; `dns_flood`: send queries as
-fast as the socket takes them, never waiting) print how many attempts they made. Only the sealed world's addresses
+fast as the socket takes them, or `rate` a second, never waiting for answers) print how many attempts they made. Only the sealed world's addresses
 (169.254.53.53, which nftables sends to the resolver, and the world's registry address) are ever contacted.
 Standard library only.
 """
@@ -104,8 +104,14 @@ def main():
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setblocking(False)
         sent, q = 0, dns_query(args["name"], 1)
+        rate, t0 = args.get("rate", 0), time.monotonic()
         while True:
-            for _ in range(200):
+            if rate and sent > rate * (time.monotonic() - t0):
+                time.sleep(0.002)
+                if stdin_closed():
+                    break
+                continue
+            for _ in range(50 if rate else 200):
                 try:
                     s.sendto(q, RESOLVER)
                     sent += 1
@@ -125,9 +131,12 @@ def main():
 class Traffic:
     """One svcload process in sandbox sb's namespace (a networld sandbox: {"ns": ...})."""
 
-    def __init__(self, sb, mode, **args):
-        self.p = subprocess.Popen(["ip", "netns", "exec", sb["ns"], "/usr/bin/python3", os.path.abspath(__file__),
-                                   mode, json.dumps(args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, sb, mode, idle=False, **args):
+        # idle: under SCHED_IDLE, as a stand-in for the CPU limit a real sandbox's cgroup puts on a flooder (what the
+        # services spend on its behalf, and the kernel's packet work, still count against everyone)
+        prefix = ["chrt", "--idle", "0"] if idle else []
+        self.p = subprocess.Popen(["ip", "netns", "exec", sb["ns"], *prefix, "/usr/bin/python3",
+                                   os.path.abspath(__file__), mode, json.dumps(args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         line = self.p.stdout.readline().strip()
         if line != "ready":

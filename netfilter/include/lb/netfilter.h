@@ -35,6 +35,11 @@
  * what make the packages relay nearly as fast as a direct download (docs/network.md, "Benchmark"). */
 #define LB_NET_DEFAULT_VETH_GSO_MAX (256u * 1024)
 #define LB_NET_MAX_VETH_GSO_MAX	    524280u /* the veth driver's own limit */
+/* The services' bounds over every sandbox, and each sandbox's default share of them (lb_net_config). */
+#define LB_NET_DNS_INFLIGHT_MAX		 64u
+#define LB_NET_RELAY_CONNS_MAX		 256u
+#define LB_NET_DEFAULT_DNS_PER_SANDBOX	 16u
+#define LB_NET_DEFAULT_RELAY_PER_SANDBOX 64u
 
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
@@ -52,9 +57,13 @@ struct lb_net_config {
 				  the caller */
 	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
 				  kernel's classic size (the relay then splices instead of copying) */
-	bool no_flow_offload;  /* false (the default): `web` sandboxes' established connections take the flowtable
-				  of policy/network/offload.nft where the kernel has flowtables; true: never (to
-				  compare, or to rule it out) */
+	uint32_t dns_per_sandbox; /* DNS queries one sandbox may have in flight (fair share of LB_NET_DNS_INFLIGHT_MAX);
+				     0: LB_NET_DEFAULT_DNS_PER_SANDBOX. More are dropped and counted as refusals */
+	uint32_t relay_per_sandbox; /* relayed connections one sandbox may hold (of LB_NET_RELAY_CONNS_MAX); 0:
+				       LB_NET_DEFAULT_RELAY_PER_SANDBOX. More are reset and counted as refusals */
+	bool no_flow_offload;	    /* false (the default): `web` sandboxes' established connections take the flowtable
+				       of policy/network/offload.nft where the kernel has flowtables; true: never (to
+				       compare, or to rule it out) */
 };
 
 struct lb_net; /* opaque context */
