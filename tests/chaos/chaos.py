@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from lensbox_testlib.lensboxd import Daemon  # noqa: E402
+from lensbox_testlib.lensboxd import LENSBOXD, Daemon  # noqa: E402
 from lensbox_testlib import svcload  # noqa: E402
 
 # Statuses and codes docs/api.md documents for overload and exhaustion: anything else under load is unexplained.
@@ -63,6 +63,7 @@ class Part:
     latencies: dict = field(default_factory=dict)  # label -> [ms]
     notes: list = field(default_factory=list)
     known: list = field(default_factory=list)  # leaks of a bug already reported, told apart by their signature
+    deferred: list = field(default_factory=list)  # sandbox inits left at a kill, for the restart to end
 
     def fail(self, msg):
         self.failures.append(msg)
@@ -102,6 +103,14 @@ def _listdir(path):
         return os.listdir(path)
     except OSError:
         return []
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except OSError:
+        return ""
 
 
 def alive(pid):
@@ -183,11 +192,19 @@ def kill_core(d, part):
     svc = int(d.settings.get("services_uid", "999999999"))
     below = [p for p in descendants(pid) if _uid(p) in (0, svc)]
     d.kill9()
+    # and what it forked between the listing and the kill: every process whose command line is this daemon's
+    # (same --socket), wherever it was reparented, and every process below those
+    mine = [int(p) for p in _listdir("/proc") if p.isdigit() and d.socket in _cmdline(int(p))]
+    below = sorted(set(below + mine + [q for p in mine for q in descendants(p) if _uid(q) in (0, svc)]))
     deadline = time.monotonic() + 5
     while any(alive(p) for p in below) and time.monotonic() < deadline:
         time.sleep(0.05)
+    part.deferred = []
     for p in below:
-        if alive(p):
+        if alive(p) and os.path.realpath(f"/proc/{p}/exe") != os.path.realpath(LENSBOXD) and \
+                "lensbox-init" in _cmdline(p):
+            part.deferred.append(p)  # a sandbox's own init (exec'd): restart's reconciliation must end it
+        elif alive(p):
             what = "known: sandbox init stuck before its release" if stuck_sandbox_init(p) else "process"
             try:
                 cmd = open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:80]
@@ -317,6 +334,10 @@ def check_restart(d, wl, part, world=None):
     d.start(timeout=60)
     part.lat("restart", (time.monotonic() - t0) * 1000)
     part.leaks += d.leaks()
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in part.deferred) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    part.leaks += [f"sandbox init {p} of the killed lensboxd outlived its restart" for p in part.deferred if alive(p)]
     if world is not None:
         deadline = time.monotonic() + 5
         while net_leaks(world) and time.monotonic() < deadline:
