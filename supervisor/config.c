@@ -110,6 +110,11 @@ static const struct key_def keys[] = {
 	{ "services_uid", K_U32, FN(services_uid), 0, 4000000000u, "999999999",
 	  "uid and gid the DNS resolver and packages relay run as, in processes of their own (they parse the "
 	  "sandboxes' DNS, TLS and HTTP bytes); outside the sandboxes' uid range; 0: as threads of lensboxd (root)" },
+	{ "dns_per_sandbox", K_U32, FN(dns_per_sandbox), 1, 64, "16",
+	  "DNS queries one sandbox may have in flight at the resolver (of 64 in all); more are dropped and counted" },
+	{ "relay_per_sandbox", K_U32, FN(relay_per_sandbox), 1, 256, "64",
+	  "connections one packages sandbox may have open through the relay (of 256 in all); more are reset and "
+	  "counted" },
 	{ "dns_upstream", K_STRING, F(dns_upstream), 0, 0, "",
 	  "name server the resolver and relay ask (IPv4[:port]); empty: /etc/resolv.conf's first" },
 	{ "pull_missing_images", K_BOOL, FN(pull_missing_images), 0, 0, "off",

@@ -55,6 +55,8 @@ struct lbd_config {
 	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
 	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
 	uint32_t services_uid;	    /* uid/gid of the resolver's and relay's processes; 0: lensboxd's threads */
+	uint32_t dns_per_sandbox;   /* resolver queries in flight per sandbox (fair shares) */
+	uint32_t relay_per_sandbox; /* relayed connections open per sandbox */
 
 	/* images: pulling and garbage collection */
 	bool pull_missing_images;	 /* a missing image is pulled before a sandbox is made from it */

@@ -922,12 +922,17 @@ static void show_network_health(yajl_val net)
 	yajl_val sv = lbc_jget(net, "services");
 	if (!sv)
 		return;
-	long long restarts = lbc_jint(sv, "restarts", 0);
+	long long restarts = lbc_jint(sv, "restarts", 0) + lbc_jint(sv, "supervisor_restarts", 0);
 	if (!lbc_jbool(sv, "isolated"))
 		snprintf(buf, sizeof(buf), "running in lensboxd (services_uid = 0)");
 	else if (lbc_jget(sv, "supervised") && !lbc_jbool(sv, "supervised"))
 		snprintf(buf, sizeof(buf),
 			 "stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts");
+	else if (lbc_jget(sv, "crash_loop") && lbc_jbool(sv, "crash_loop"))
+		snprintf(buf, sizeof(buf),
+			 "crash loop: they keep dying at start, each replaced 5 s after the last (%lld replaced so "
+			 "far; see lensboxd's log)",
+			 restarts);
 	else if (!lbc_jbool(sv, "alive"))
 		snprintf(buf, sizeof(buf), "being replaced (%lld replaced so far)", restarts);
 	else

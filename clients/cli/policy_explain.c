@@ -128,6 +128,8 @@ struct tier_facts {
 	bool anti_spoof;      /* sb_pre drops a source other than the sandbox's */
 	bool refuse_rest;     /* the forward chain ends in a refusal */
 	bool udp, icmp;	      /* some rule lets UDP / ICMP through the forward chain */
+	char dns_rate[32];    /* sb_pre drops DNS over this rate ("200/second"), "" when unlimited */
+	char relay_rate[32];  /* sb_pre drops new relayed connections (SYNs) over this rate */
 };
 
 static void trim(char *s)
@@ -171,6 +173,12 @@ static bool recognise(struct tier_facts *f, const char *chain, const char *line,
 		return f->ipv4_only = true;
 	if (pre && strcmp(line, "accept") == 0)
 		return true;
+	if (pre && strstr(line, " limit rate over ") && strstr(line, "drop") &&
+	    (strncmp(line, "udp dport 53 ", 13) == 0 || strncmp(line, "tcp dport { 80, 443 } tcp flags", 31) == 0)) {
+		char *rate = line[0] == 'u' ? f->dns_rate : f->relay_rate;
+		ports_after(line, "limit rate over", rate, sizeof(f->dns_rate));
+		return true;
+	}
 	if (dnat && strstr(line, "udp dport 53 dnat ip to {{GATEWAY}}:{{RESOLVER_PORT}}"))
 		return f->dns_resolver = true;
 	if (dnat && (strcmp(line, "ip daddr @denied4 return") == 0 || strcmp(line, "fib daddr type local return") == 0))
@@ -274,6 +282,10 @@ static int explain_tier(int dfd, const char *tier, const struct lbc_explain *e, 
 	fprintf(m, "; DNS %s", f.dns_resolver ? "only through lensboxd's resolver" : "none");
 	if (f.dns_resolver && f.relay_ports[0])
 		fprintf(m, ", which answers only those names");
+	if (f.dns_rate[0] || f.relay_rate[0])
+		fprintf(m, "; at most %s%s%s%s%s", f.dns_rate[0] ? f.dns_rate : "", f.dns_rate[0] ? " DNS queries" : "",
+			f.dns_rate[0] && f.relay_rate[0] ? " and " : "", f.relay_rate,
+			f.relay_rate[0] ? " new relayed connections" : "");
 	fprintf(m, "; %s%s%s; %s; everything else refused at once and counted",
 		f.udp ? "UDP forwarded (see the rules)" : "no UDP", f.icmp ? ", ICMP forwarded" : ", no ICMP",
 		f.ipv4_only ? ", no IPv6" : ", IPv6 NOT dropped!",

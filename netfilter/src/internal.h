@@ -50,15 +50,22 @@ struct lb_nft_shape {
 };
 /* The isolated services' supervisor (isolate.c) writes this MAP_SHARED page; the parent only reports it, never acts
  * on it (a compromised worker can write it too). */
+/* One kind of services process that is replaced when it ends (the worker, or the supervisor). */
+struct lb_services_line {
+	_Atomic int pid;	   /* serving now; 0 while it is being replaced */
+	_Atomic unsigned restarts; /* started after the first */
+	_Atomic uint64_t born_ms;  /* CLOCK_MONOTONIC ms when the one serving now started */
+	_Atomic bool looping;	   /* they kept dying young: replacements are RESTART_MAX_MS apart; a crash loop
+				      while the one serving now has served less than 10 s */
+};
 struct lb_services_status {
-	_Atomic int worker_pid;	   /* the worker serving now; 0 while it is being replaced */
-	_Atomic unsigned restarts; /* workers started after the first */
-	_Atomic int last_status;   /* wait status of the last worker that ended */
-	_Atomic int landlock_abi;  /* the Landlock ABI the serving worker confined itself with (written by it) */
+	struct lb_services_line worker, supervisor;
+	_Atomic int last_status;  /* wait status of the last worker or supervisor that ended */
+	_Atomic int landlock_abi; /* the Landlock ABI the serving worker confined itself with (written by it) */
 };
 struct relay_conn; /* one relayed connection (services.c) */
 
-#define LB_RELAY_CONNS_MAX 256
+#define LB_RELAY_CONNS_MAX ((int)LB_NET_RELAY_CONNS_MAX)
 
 struct lb_net {
 	pthread_mutex_t lock;
@@ -72,7 +79,8 @@ struct lb_net {
 	struct sockaddr_in upstream;
 	uint16_t resolver_port, relay_port;
 	uint32_t timeout_ms;
-	uint32_t veth_gso_max; /* cfg->veth_gso_max or its default */
+	uint32_t dns_per_sandbox, relay_per_sandbox; /* each sandbox's share of the services' bounds */
+	uint32_t veth_gso_max;			     /* cfg->veth_gso_max or its default */
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
 	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */
@@ -165,16 +173,17 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 
 /* ---- isolate.c ---- */
 
-/* Binds the two services' ports and forks their supervisor as uid/gid, which runs them in a worker it replaces
- * when it ends; -EBUSY when the caller has more than one thread. */
+/* Binds the two services' ports and forks their keeper as uid/gid, which forks a supervisor it replaces when it
+ * ends, which runs them in a worker it replaces when it ends; -EBUSY when the caller has more than one thread. */
 int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct lb_error *err);
-/* Kills the supervisor (and so its worker) and reaps it. */
+/* Kills the keeper (and so its supervisor and worker) and reaps it. */
 void lb_services_kill(struct lb_net *ctx);
-/* The supervisor runs and a worker serves. */
+/* The keeper runs and a worker serves. */
 bool lb_services_alive(struct lb_net *ctx);
-/* Whether the supervisor runs (so a worker that ends is replaced), the serving worker's pid (0 while it is
- * replaced) and how many workers were started after the first: reported, never acted on. */
-void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_worker_pid, unsigned *ret_restarts);
+/* Fills h's services_* fields but isolated, alive and landlock_abi: whether the keeper runs (so a supervisor or
+ * worker that ends is replaced), the pids serving now (0 while replaced), the restarts and the crash loop. From the
+ * shared page: reported, never acted on. */
+void lb_services_state(struct lb_net *ctx, struct lb_net_health *h);
 
 /* ---- confine.c ---- */
 
@@ -191,8 +200,6 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
 enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
-#define LB_SLOT_DNS_MAX	  16 /* queries in flight per sandbox */
-#define LB_SLOT_RELAY_MAX 64 /* relayed connections per sandbox */
 /* Takes one unit of a sandbox's share; false (and nothing taken) when it is used up. */
 bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what);
 void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what);

@@ -1,30 +1,37 @@
 /*
- * isolate.c — the services process: the resolver and the relay moved out of the caller (lensboxd, root) into
+ * isolate.c — the services processes: the resolver and the relay moved out of the caller (lensboxd, root) into
  * processes of their own unprivileged uid, so the parsers of a sandbox's DNS, TLS and HTTP bytes never run as root,
- * and a worker that crashes is replaced.
+ * and a worker or supervisor that dies is replaced.
  *
- * Opt-in for the library (lb_net_config.services_uid; lensboxd sets it by default). Two processes:
+ * Opt-in for the library (lb_net_config.services_uid; lensboxd sets it by default). Three processes:
  *
- *   caller (root) ──fork──> supervisor (uid, no capabilities, one thread forever) ──fork──> worker (same uid)
- *     binds both ports        holds the two sockets, forks a worker, waits for it,      resolver + relay threads
- *     first, then forks       replaces it when it ends (100 ms, doubling to 5 s while     on the inherited sockets
- *     while single-threaded   workers keep dying young), never reads a byte itself
+ *   caller (root) ──fork──> keeper (uid, one thread) ──fork──> supervisor (uid, one thread) ──fork──> worker (uid)
+ *     binds both ports        holds the two sockets,           forks a worker, waits for it,       resolver + relay
+ *     first, then forks       replaces the supervisor          replaces it when it ends            threads on the
+ *     while single-threaded   when it ends                                                         inherited sockets
  *
- * lb_net_init() forks the supervisor while the caller is still single-threaded (it checks), and the supervisor never
- * starts a thread, so every worker it forks may use malloc and threads. The caller binds the two ports before the
- * fork and the supervisor keeps them open, so they never go free while a worker is replaced: a sandbox's query or
- * connection waits in the socket's queue for the next worker, and no other local program can take the port.
+ * Each replacement waits 100 ms, doubling to 5 s while the replaced keep dying within 1 s of starting (a crash loop,
+ * reported in the shared status, never spun). lb_net_init() forks the keeper while the caller is still
+ * single-threaded (it checks), and neither the keeper nor a supervisor ever starts a thread, so every process they
+ * fork is a clean single-threaded copy of the caller as it was at start-up and may use malloc and threads. A
+ * multithreaded caller never forks again: that is why the keeper, not the caller, replaces a supervisor. The keeper
+ * and the supervisors keep the two sockets open, so the ports never go free while a worker or a supervisor is
+ * replaced: a sandbox's query or connection waits in the socket's queue for the next worker, and no other local
+ * program can take the port. The keeper is the one process whose death is final (the services then fail closed
+ * until the caller starts them again): it parses nothing, holds nothing but the sockets and waits; only root or the
+ * OOM killer can end it, as neither the worker (seccomp) nor a sandbox can signal it.
  *
- * The supervisor, in order: points stdio at /dev/null and closes every inherited descriptor but its status pipe and
+ * The keeper, in order: points stdio at /dev/null and closes every inherited descriptor but its status pipe and
  * the two sockets; drops supplementary groups, gid and uid (which drops every capability); sets no_new_privs,
- * non-dumpable (no ptrace, also not by its workers) and parent-death SIGKILL; forks the first worker and reports its
- * start (or the failed step) on the status pipe. Each worker sets parent-death SIGKILL too, so nothing of the services
- * outlives the caller, and loads its seccomp filter (confine.c) before its first thread: it can signal no process but
- * itself (not its supervisor), and start no process, program or namespace.
+ * non-dumpable (no ptrace, also not by its workers) and parent-death SIGKILL; forks the first supervisor, which forks
+ * the first worker, and reports its start (or the failed step) on the status pipe. Each supervisor and worker sets
+ * parent-death SIGKILL too, so nothing of the services outlives the caller, and a worker loads its seccomp filter
+ * (confine.c) before its first thread: it can signal no process but itself, and start no process, program or
+ * namespace.
  *
  * What the processes share with the caller are anonymous MAP_SHARED pages: the slot table (the tier, written by the
- * caller; the refusal counter, written by the services) and the supervisor's status (worker pid, restarts), which
- * the caller only reports. The caller trusts nothing else from them: it kills only the supervisor, its own child,
+ * caller; the refusal counter, written by the services) and the services' status (pids, restarts, crash loops),
+ * which the caller only reports. The caller trusts nothing else from them: it kills only the keeper, its own child,
  * never a pid read from shared memory, so a compromised worker can at worst miscount, answer DNS wrongly for
  * sandboxes whose traffic nftables still confines, or keep the services down by crashing each new worker too.
  */
@@ -55,7 +62,8 @@ enum { FD_STATUS = 3, FD_RESOLVER = 4, FD_RELAY = 5, FD_FIRST_FREE = 6 };
 #define START_TIMEOUT_MS  5000
 #define RESTART_FIRST_MS  100
 #define RESTART_MAX_MS	  5000
-#define LIVED_LONG_ENOUGH 10000 /* ms: a worker that ran this long resets the backoff */
+#define QUICK_DEATH_MS	  1000	/* ms: a child that served less doubles the delay before the next */
+#define LIVED_LONG_ENOUGH 10000 /* ms: a child that served this long ends a reported crash loop */
 
 struct status_msg {
 	int code; /* 0 or a negative errno */
@@ -182,9 +190,98 @@ static pid_t start_worker(struct lb_net *ctx, char *msg, size_t size)
 	return r < 0 ? r : m.code;
 }
 
-/* The supervisor: never returns, never starts a thread. */
-static _Noreturn void supervisor_main(struct lb_net *ctx, int status_fd, int resolver_fd, int relay_fd, pid_t parent,
-				      uid_t uid, gid_t gid)
+/* Waits for child (started by start) to end and starts another in its place, forever. The delay before the next
+ * start is RESTART_FIRST_MS after a child that served QUICK_DEATH_MS or more, and doubles up to RESTART_MAX_MS while
+ * they keep dying younger: a crash loop is slowed down, never spun. line->looping is set once the delay reaches its
+ * maximum (six quick deaths in a row) and cleared by a child that served LIVED_LONG_ENOUGH; the caller reports a
+ * crash loop while it is set and the child serving now is younger than that. also_clear (may be NULL) is zeroed
+ * with each death: a supervisor takes its worker with it. */
+static _Noreturn void replace_forever(struct lb_net *ctx, pid_t child, pid_t (*start)(struct lb_net *, char *, size_t),
+				      struct lb_services_line *line, _Atomic int *also_clear)
+{
+	char msg[LB_ERROR_MSG_MAX];
+	unsigned delay = RESTART_FIRST_MS;
+	for (;;) {
+		uint64_t born = now_ms();
+		atomic_store(&line->born_ms, born);
+		atomic_store(&line->pid, child);
+		int status = 0;
+		while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+			;
+		atomic_store(&line->pid, 0);
+		if (also_clear)
+			atomic_store(also_clear, 0);
+		atomic_store(&ctx->services_status->last_status, status);
+		uint64_t lived = now_ms() - born;
+		if (lived >= QUICK_DEATH_MS)
+			delay = RESTART_FIRST_MS;
+		if (lived >= LIVED_LONG_ENOUGH)
+			atomic_store(&line->looping, false);
+		for (;;) {
+			sleep_ms(delay);
+			delay = delay * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : delay * 2;
+			if (delay == RESTART_MAX_MS)
+				atomic_store(&line->looping, true);
+			child = start(ctx, msg, sizeof(msg));
+			atomic_fetch_add(&line->restarts, 1);
+			if (child > 0)
+				break;
+		}
+	}
+}
+
+/* The supervisor: forks the worker and replaces it when it ends. One thread, never returns; dies with the keeper. */
+static _Noreturn void supervisor_main(struct lb_net *ctx, int fd, pid_t keeper)
+{
+	if (fd != FD_STATUS)
+		close(FD_STATUS); /* the keeper's first report pipe, still open when the first supervisor is forked */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != keeper) {
+		report(fd, -EIO, "the keeper is gone");
+		_exit(1);
+	}
+	struct lb_services_status *st = ctx->services_status;
+	char msg[LB_ERROR_MSG_MAX];
+	pid_t w = start_worker(ctx, msg, sizeof(msg));
+	if (w > 0)
+		atomic_store(&st->worker.pid, w); /* before the report: the caller's health may look at once */
+	report(fd, w < 0 ? w : 0, w < 0 ? msg : NULL);
+	close(fd);
+	if (w < 0)
+		_exit(1);
+	replace_forever(ctx, w, start_worker, &st->worker, NULL);
+}
+
+/* Forks one supervisor and waits for its report (it has a worker serving then): its pid, or a negative errno with
+ * msg filled (the supervisor is reaped). */
+static pid_t start_supervisor(struct lb_net *ctx, char *msg, size_t size)
+{
+	pid_t self = getpid();
+	int rd = -1, wr = -1;
+	pid_t pid = fork_reporting(&rd, &wr);
+	if (pid < 0) {
+		snprintf(msg, size, "forking the supervisor");
+		return pid;
+	}
+	if (pid == 0)
+		supervisor_main(ctx, wr, self);
+	struct status_msg m;
+	int r = read_status(rd, START_TIMEOUT_MS + 1000, &m);
+	close(rd);
+	if (r == 0 && m.code == 0) {
+		atomic_store(&ctx->services_status->supervisor.pid, pid);
+		return pid;
+	}
+	snprintf(msg, size, "%s", r < 0 ? "the supervisor did not report within 6 s" : m.msg);
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return r < 0 ? r : m.code;
+}
+
+/* The keeper: drops to uid/gid, then forks the supervisor and replaces it when it ends. Never returns, never starts
+ * a thread, never reads a byte from a sandbox; the worker's seccomp filter keeps it from signalling either. */
+static _Noreturn void keeper_main(struct lb_net *ctx, int status_fd, int resolver_fd, int relay_fd, pid_t parent,
+				  uid_t uid, gid_t gid)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	/* Move the three descriptors to 3, 4, 5 (through numbers above every one of them, so none is overwritten). */
@@ -214,34 +311,12 @@ static _Noreturn void supervisor_main(struct lb_net *ctx, int status_fd, int res
 
 	struct lb_services_status *st = ctx->services_status;
 	char msg[LB_ERROR_MSG_MAX];
-	pid_t w = start_worker(ctx, msg, sizeof(msg));
-	if (w > 0)
-		atomic_store(&st->worker_pid, w); /* before the report: the caller's health may look at once */
-	report(FD_STATUS, w < 0 ? w : 0, w < 0 ? msg : NULL);
+	pid_t sup = start_supervisor(ctx, msg, sizeof(msg));
+	report(FD_STATUS, sup < 0 ? sup : 0, sup < 0 ? msg : NULL);
 	close(FD_STATUS);
-	if (w < 0)
+	if (sup < 0)
 		_exit(1);
-	unsigned delay = RESTART_FIRST_MS;
-	for (;;) {
-		atomic_store(&st->worker_pid, w);
-		uint64_t born = now_ms();
-		int status = 0;
-		while (waitpid(w, &status, 0) < 0 && errno == EINTR)
-			;
-		atomic_store(&st->worker_pid, 0);
-		atomic_store(&st->last_status, status);
-		if (now_ms() - born >= LIVED_LONG_ENOUGH)
-			delay = RESTART_FIRST_MS;
-		/* A worker that dies at once would otherwise be forked in a tight loop. */
-		for (;;) {
-			sleep_ms(delay);
-			delay = delay * 2 > RESTART_MAX_MS ? RESTART_MAX_MS : delay * 2;
-			w = start_worker(ctx, msg, sizeof(msg));
-			atomic_fetch_add(&st->restarts, 1);
-			if (w > 0)
-				break;
-		}
-	}
+	replace_forever(ctx, sup, start_supervisor, &st->supervisor, &st->worker.pid);
 }
 
 int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct lb_error *err)
@@ -269,7 +344,7 @@ int lb_services_spawn_isolated(struct lb_net *ctx, uid_t uid, gid_t gid, struct 
 	if (pid < 0)
 		return lb_error_set(err, -pid, "forking the services process");
 	if (pid == 0)
-		supervisor_main(ctx, wr, resolver, relay, parent, uid, gid);
+		keeper_main(ctx, wr, resolver, relay, parent, uid, gid);
 	_cleanup_close_ int rd = rd_fd;
 	_cleanup_pid_ pid_t child = pid; /* killed and reaped unless it reports success */
 	struct status_msg m;
@@ -305,8 +380,8 @@ void lb_services_kill(struct lb_net *ctx)
 	}
 }
 
-/* The supervisor has not exited (its pidfd is not readable yet). */
-static bool supervisor_running(struct lb_net *ctx)
+/* The keeper has not exited (its pidfd is not readable yet). */
+static bool keeper_running(struct lb_net *ctx)
 {
 	if (ctx->services_pid <= 0)
 		return false;
@@ -316,14 +391,26 @@ static bool supervisor_running(struct lb_net *ctx)
 
 bool lb_services_alive(struct lb_net *ctx)
 {
-	return supervisor_running(ctx) && atomic_load(&ctx->services_status->worker_pid) > 0;
+	return keeper_running(ctx) && atomic_load(&ctx->services_status->worker.pid) > 0;
 }
 
-void lb_services_state(struct lb_net *ctx, bool *ret_supervised, unsigned *ret_worker_pid, unsigned *ret_restarts)
+/* A crash loop of line: its replacements are RESTART_MAX_MS apart, and the one serving now (if any) is young. */
+static bool crash_loop(struct lb_services_line *line)
 {
-	bool up = ctx->services_pid > 0 && ctx->services_status;
-	*ret_supervised = up && supervisor_running(ctx);
-	int w = up ? atomic_load(&ctx->services_status->worker_pid) : 0;
-	*ret_worker_pid = w > 0 ? (unsigned)w : 0;
-	*ret_restarts = up ? atomic_load(&ctx->services_status->restarts) : 0;
+	return atomic_load(&line->looping) &&
+	       (atomic_load(&line->pid) <= 0 || now_ms() - atomic_load(&line->born_ms) < LIVED_LONG_ENOUGH);
+}
+
+void lb_services_state(struct lb_net *ctx, struct lb_net_health *h)
+{
+	struct lb_services_status *st = ctx->services_status;
+	bool up = ctx->services_pid > 0 && st;
+	h->services_keeper_pid = up ? (unsigned)ctx->services_pid : 0;
+	h->services_supervised = up && keeper_running(ctx);
+	int s = up ? atomic_load(&st->supervisor.pid) : 0, w = up ? atomic_load(&st->worker.pid) : 0;
+	h->services_pid = s > 0 ? (unsigned)s : 0;
+	h->services_worker_pid = w > 0 ? (unsigned)w : 0;
+	h->services_restarts = up ? atomic_load(&st->worker.restarts) : 0;
+	h->services_supervisor_restarts = up ? atomic_load(&st->supervisor.restarts) : 0;
+	h->services_crash_loop = up && (crash_loop(&st->worker) || crash_loop(&st->supervisor));
 }

@@ -301,6 +301,14 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
 	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
 	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
+	ctx->dns_per_sandbox = cfg->dns_per_sandbox ? cfg->dns_per_sandbox : LB_NET_DEFAULT_DNS_PER_SANDBOX;
+	ctx->relay_per_sandbox = cfg->relay_per_sandbox ? cfg->relay_per_sandbox : LB_NET_DEFAULT_RELAY_PER_SANDBOX;
+	if (ctx->dns_per_sandbox > LB_NET_DNS_INFLIGHT_MAX || ctx->relay_per_sandbox > LB_NET_RELAY_CONNS_MAX) {
+		r = lb_error_setx(err, EINVAL, "dns_per_sandbox %u, relay_per_sandbox %u: expected 1..%u and 1..%u",
+				  ctx->dns_per_sandbox, ctx->relay_per_sandbox, LB_NET_DNS_INFLIGHT_MAX,
+				  LB_NET_RELAY_CONNS_MAX);
+		goto fail;
+	}
 	ctx->veth_gso_max = cfg->veth_gso_max ? cfg->veth_gso_max : LB_NET_DEFAULT_VETH_GSO_MAX;
 	if (ctx->veth_gso_max < 65536 || ctx->veth_gso_max > LB_NET_MAX_VETH_GSO_MAX) {
 		r = lb_error_setx(err, EINVAL, "veth_gso_max %u: expected 65536..%u", ctx->veth_gso_max,
@@ -757,11 +765,11 @@ void lb_net_services_health(struct lb_net *ctx, struct lb_net_health *h)
 {
 	h->services_isolated = ctx->services_uid != 0;
 	h->services_alive = h->services_isolated ? lb_services_alive(ctx) : true;
-	h->services_pid = (unsigned)(h->services_isolated ? ctx->services_pid : getpid());
 	if (h->services_isolated) {
-		lb_services_state(ctx, &h->services_supervised, &h->services_worker_pid, &h->services_restarts);
+		lb_services_state(ctx, h);
 		h->services_landlock_abi = ctx->services_status ? atomic_load(&ctx->services_status->landlock_abi) : 0;
 	} else {
+		h->services_pid = (unsigned)getpid();
 		h->services_supervised = true; /* our own threads: they live as long as we do */
 		h->services_worker_pid = h->services_pid;
 		h->services_restarts = 0;

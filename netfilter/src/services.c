@@ -21,7 +21,8 @@
  * Plain HTTP carries one request per connection: after the checked head the relay sends nothing more from the sandbox,
  * so a second request cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
  *
- * Bounds: 64 DNS queries in flight (16 per sandbox), 256 relay connections (64 per sandbox), 5 s to read a hello,
+ * Bounds: 64 DNS queries in flight (16 per sandbox), 256 relay connections (64 per sandbox; both shares set by
+ * lb_net_config), 5 s to read a hello,
  * 5 min idle on a relayed connection (nothing received, or a send blocked by a peer that does not read), 1 MiB of
  * buffer (pipe or memory) per direction of a relayed connection.
  */
@@ -42,7 +43,7 @@
 #include "internal.h"
 #include "lb/cleanup.h"
 
-#define DNS_INFLIGHT_MAX   64
+#define DNS_INFLIGHT_MAX   LB_NET_DNS_INFLIGHT_MAX
 #define HELLO_MAX	   (16384 + 5)
 #define HELLO_TIMEOUT_MS   5000
 #define RELAY_IDLE_SECONDS 300
@@ -216,6 +217,8 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 
 struct dns_job {
 	struct lb_service *svc;
+	unsigned slot; /* the sender's, whose share this query holds */
+	enum lb_tier tier;
 	struct sockaddr_in from;
 	uint8_t pkt[512];
 	size_t len;
@@ -242,16 +245,9 @@ static void *dns_job_main(void *arg)
 {
 	struct dns_job *job = arg;
 	struct lb_net *ctx = job->svc->ctx;
-	unsigned slot = 0;
-	enum lb_tier tier;
+	unsigned slot = job->slot;
+	enum lb_tier tier = job->tier;
 	struct lb_dns_query q;
-	bool shared = false;
-	if (lb_net_lookup_source(ctx, job->from.sin_addr.s_addr, &slot, &tier) < 0)
-		goto out; /* not a sandbox (or one being torn down): no answer */
-	if (!(shared = lb_net_share_take(ctx, slot, LB_SHARE_DNS))) {
-		lb_net_count_refusal(ctx, slot);
-		goto out; /* this sandbox has enough queries in flight already */
-	}
 	int r = lb_dns_parse_query(job->pkt, job->len, &q);
 	if (r < 0) {
 		lb_net_count_refusal(ctx, slot);
@@ -286,11 +282,30 @@ static void *dns_job_main(void *arg)
 	}
 	answer(job, &q, rcode == LB_DNS_RCODE_NXDOMAIN ? rcode : (rcode ? LB_DNS_RCODE_SERVFAIL : 0), addrs, n, ttl);
 out:
-	if (shared)
-		lb_net_share_release(ctx, slot, LB_SHARE_DNS);
+	lb_net_share_release(ctx, slot, LB_SHARE_DNS);
 	atomic_fetch_sub(&ctx->dns_inflight, 1);
 	free(job);
 	return NULL;
+}
+
+/* Whether a query may start: its sender is a sandbox (else no answer, as a firewall would), within its share (the
+ * share first: a sandbox over it never takes a unit of the bound the others need) and the bound over all. A refused
+ * query is dropped and counted. On true, job holds a unit of both (dns_job_main releases them). */
+static bool dns_admit(struct lb_net *ctx, struct dns_job *job)
+{
+	if (lb_net_lookup_source(ctx, job->from.sin_addr.s_addr, &job->slot, &job->tier) < 0)
+		return false;
+	if (!lb_net_share_take(ctx, job->slot, LB_SHARE_DNS)) {
+		lb_net_count_refusal(ctx, job->slot);
+		return false;
+	}
+	if (atomic_fetch_add(&ctx->dns_inflight, 1) >= DNS_INFLIGHT_MAX) {
+		atomic_fetch_sub(&ctx->dns_inflight, 1);
+		lb_net_share_release(ctx, job->slot, LB_SHARE_DNS);
+		lb_net_count_refusal(ctx, job->slot);
+		return false;
+	}
+	return true;
 }
 
 static void *resolver_main(void *arg)
@@ -317,8 +332,7 @@ static void *resolver_main(void *arg)
 		}
 		job->len = (size_t)n;
 		job->svc = s;
-		if (atomic_fetch_add(&s->ctx->dns_inflight, 1) >= DNS_INFLIGHT_MAX) {
-			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
+		if (!dns_admit(s->ctx, job)) {
 			free(job);
 			continue;
 		}
@@ -328,6 +342,7 @@ static void *resolver_main(void *arg)
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
 		if (pthread_create(&t, &attr, dns_job_main, job) != 0) {
+			lb_net_share_release(s->ctx, job->slot, LB_SHARE_DNS);
 			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
 			free(job);
 		}
@@ -347,6 +362,7 @@ int lb_resolver_start(struct lb_net *ctx, int fd, struct lb_error *err)
 
 struct relay_conn {
 	struct lb_net *ctx;
+	unsigned slot; /* the sandbox's, whose share this connection holds */
 	int client;
 	int server; /* set under ctx->lock */
 	int index;  /* in ctx->live, -1 when not registered */
@@ -546,20 +562,14 @@ static void *relay_conn_main(void *arg)
 {
 	struct relay_conn *c = arg;
 	struct lb_net *ctx = c->ctx;
-	unsigned slot = 0;
-	enum lb_tier tier;
-	bool refused = true, counted = false, shared = false;
-	struct sockaddr_in peer = { 0 }, orig = { 0 };
-	socklen_t sl = sizeof(peer);
+	unsigned slot = c->slot;
+	bool refused = true;
+	struct sockaddr_in orig = { 0 };
+	socklen_t sl;
 	uint8_t *buf = malloc(HELLO_MAX); /* freed as soon as the hello is forwarded, or at out */
-	if (!buf || !conn_register(c) || getpeername(c->client, (struct sockaddr *)&peer, &sl) < 0)
+	if (!buf || !conn_register(c))
 		goto out;
-	if (lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
-		goto out;
-	counted = true;
 	c->copy = atomic_load(&ctx->shared[slot].big_segments);
-	if (!(shared = lb_net_share_take(ctx, slot, LB_SHARE_RELAY)))
-		goto out; /* this sandbox has enough relayed connections open already */
 	sl = sizeof(orig);
 	/* the port the sandbox asked for (80 or 443), from conntrack's record of the DNAT */
 	if (getsockopt(c->client, SOL_IP, SO_ORIGINAL_DST, &orig, &sl) < 0)
@@ -612,12 +622,10 @@ static void *relay_conn_main(void *arg)
 	}
 out:
 	free(buf);
-	if (shared)
-		lb_net_share_release(ctx, slot, LB_SHARE_RELAY);
+	lb_net_share_release(ctx, slot, LB_SHARE_RELAY);
 	conn_unregister(c);
 	if (refused) {
-		if (counted)
-			lb_net_count_refusal(ctx, slot);
+		lb_net_count_refusal(ctx, slot);
 		reset_close(c->client);
 	} else {
 		close(c->client);
@@ -627,6 +635,33 @@ out:
 	atomic_fetch_sub(&ctx->relay_conns, 1);
 	free(c);
 	return NULL;
+}
+
+/* Whether a connection accepted on fd may be relayed: its peer is an attached packages sandbox (else reset,
+ * uncounted: nothing of a sandbox's), within that sandbox's share (first, so that a sandbox over it never takes a
+ * unit of the bound the others need) and the bound over all. A refused connection of a sandbox is counted. On true,
+ * *ret_slot holds a unit of both (relay_conn_main releases them). */
+static bool relay_admit(struct lb_net *ctx, int fd, unsigned *ret_slot)
+{
+	struct sockaddr_in peer = { 0 };
+	socklen_t sl = sizeof(peer);
+	enum lb_tier tier;
+	unsigned slot;
+	if (getpeername(fd, (struct sockaddr *)&peer, &sl) < 0 ||
+	    lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
+		return false;
+	if (!lb_net_share_take(ctx, slot, LB_SHARE_RELAY)) {
+		lb_net_count_refusal(ctx, slot); /* this sandbox has enough relayed connections open already */
+		return false;
+	}
+	if (atomic_fetch_add(&ctx->relay_conns, 1) >= LB_RELAY_CONNS_MAX) {
+		atomic_fetch_sub(&ctx->relay_conns, 1);
+		lb_net_share_release(ctx, slot, LB_SHARE_RELAY);
+		lb_net_count_refusal(ctx, slot);
+		return false;
+	}
+	*ret_slot = slot;
+	return true;
 }
 
 static void *relay_main(void *arg)
@@ -659,8 +694,8 @@ static void *relay_main(void *arg)
 			continue;
 		}
 		fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-		if (atomic_fetch_add(&s->ctx->relay_conns, 1) >= LB_RELAY_CONNS_MAX) {
-			atomic_fetch_sub(&s->ctx->relay_conns, 1);
+		unsigned slot = 0;
+		if (!relay_admit(s->ctx, fd, &slot)) {
 			reset_close(fd);
 			continue;
 		}
@@ -671,7 +706,8 @@ static void *relay_main(void *arg)
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
 		if (c) {
-			*c = (struct relay_conn){ .ctx = s->ctx, .client = fd, .server = -1, .index = -1 };
+			*c =
+			    (struct relay_conn){ .ctx = s->ctx, .slot = slot, .client = fd, .server = -1, .index = -1 };
 			if (pthread_create(&t, &attr, relay_conn_main, c) != 0) {
 				free(c);
 				c = NULL;
@@ -679,6 +715,7 @@ static void *relay_main(void *arg)
 		}
 		pthread_attr_destroy(&attr);
 		if (!c) {
+			lb_net_share_release(s->ctx, slot, LB_SHARE_RELAY);
 			atomic_fetch_sub(&s->ctx->relay_conns, 1);
 			reset_close(fd);
 		}

@@ -45,7 +45,7 @@ bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what)
 	pthread_mutex_lock(&ctx->lock);
 	if (slot < ctx->n_slots) {
 		unsigned *n = what == LB_SHARE_DNS ? &ctx->slots[slot].dns_inflight : &ctx->slots[slot].relay_conns;
-		unsigned max = what == LB_SHARE_DNS ? LB_SLOT_DNS_MAX : LB_SLOT_RELAY_MAX;
+		unsigned max = what == LB_SHARE_DNS ? ctx->dns_per_sandbox : ctx->relay_per_sandbox;
 		if (*n < max) {
 			(*n)++;
 			ok = true;

@@ -200,7 +200,8 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
-			"                         [--veth-gso-max BYTES] [--no-offload]\n"
+			"                         [--veth-gso-max BYTES] [--no-offload] [--dns-per-sandbox N]\n"
+			"                         [--relay-per-sandbox N]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -260,12 +261,13 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		printf("ok table=%d ip_forward=%d foreign_forward_drop=%d sandboxes=%u dns=%s packages=%u "
 		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\" services_isolated=%d "
 		       "services_alive=%d services_supervised=%d services_pid=%u services_worker_pid=%u "
-		       "services_restarts=%u services_landlock_abi=%d offload=%d offload_why=\"%s\"\n",
+		       "services_restarts=%u services_landlock_abi=%d services_keeper_pid=%u "
+		       "services_supervisor_restarts=%u services_crash_loop=%d offload=%d offload_why=\"%s\"\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
 		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry,
 		       h.services_isolated, h.services_alive, h.services_supervised, h.services_pid,
-		       h.services_worker_pid, h.services_restarts, h.services_landlock_abi, h.flow_offload,
-		       h.flow_offload_why);
+		       h.services_worker_pid, h.services_restarts, h.services_landlock_abi, h.services_keeper_pid,
+		       h.services_supervisor_restarts, h.services_crash_loop, h.flow_offload, h.flow_offload_why);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
@@ -317,6 +319,8 @@ int main(int argc, char **argv)
 		{ "services-uid", required_argument, NULL, 'u' },
 		{ "veth-gso-max", required_argument, NULL, 'g' },
 		{ "no-offload", no_argument, NULL, 'o' },
+		{ "dns-per-sandbox", required_argument, NULL, 'D' },
+		{ "relay-per-sandbox", required_argument, NULL, 'R' },
 		{ 0 },
 	};
 	int c;
@@ -353,6 +357,12 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			cfg.no_flow_offload = true;
+			break;
+		case 'D':
+			cfg.dns_per_sandbox = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'R':
+			cfg.relay_per_sandbox = (uint32_t)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();

@@ -74,7 +74,9 @@ struct lbd {
 	pthread_mutex_t net_mu; /* serialises attach/detach with the timer's table check (lbd_network_*) */
 	char net_error[600];
 	unsigned net_services_restarts;		 /* timer thread only: the restarts last logged */
-	bool net_services_down_logged;		 /* timer thread only: the supervisor's end was logged */
+	unsigned net_services_sup_restarts;	 /* timer thread only: the supervisor restarts last logged */
+	bool net_services_looping;		 /* timer thread only: a crash loop was logged (and not its end) */
+	bool net_services_down_logged;		 /* timer thread only: the keeper's end was logged */
 	char net_uplink_error[LB_ERROR_MSG_MAX]; /* timer thread only: the last uplink failure logged, "" when none */
 	int64_t started_at_ms;
 

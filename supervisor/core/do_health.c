@@ -99,6 +99,8 @@ void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		lbd_gen_bool(g, "supervised", nh.services_supervised);
 		lbd_gen_int(g, "landlock_abi", nh.services_landlock_abi);
 		lbd_gen_uint(g, "restarts", nh.services_restarts);
+		lbd_gen_uint(g, "supervisor_restarts", nh.services_supervisor_restarts);
+		lbd_gen_bool(g, "crash_loop", nh.services_crash_loop);
 		yajl_gen_map_close(g);
 	}
 	yajl_gen_map_close(g);

@@ -32,6 +32,8 @@ void lbd_network_start(struct lbd *d)
 		.pool = d->cfg.network_pool,
 		.dns_upstream = d->cfg.dns_upstream[0] ? d->cfg.dns_upstream : NULL,
 		.services_uid = d->cfg.services_uid,
+		.dns_per_sandbox = d->cfg.dns_per_sandbox,
+		.relay_per_sandbox = d->cfg.relay_per_sandbox,
 	};
 	struct lb_error err = { 0 };
 	if (lb_net_init(&nc, &d->net, &err) < 0) {
@@ -75,26 +77,42 @@ int lbd_network_detach(struct lbd *d, const char *name, struct lb_error *err)
 	return r;
 }
 
-/* The resolver's and relay's processes (when isolated): each replaced worker is worth a warning, a gone supervisor
- * (DNS and the relay refused until lensboxd restarts) an error, logged once. */
+/* The resolver's and relay's processes (when isolated): each replaced worker or supervisor is worth a warning, a
+ * crash loop (replacements 5 s apart) an error when it starts and a note when it ends, a gone keeper (DNS and the
+ * relay refused until lensboxd restarts) an error, logged once. */
 static void check_services(struct lbd *d)
 {
 	struct lb_net_health h = { 0 };
 	lb_net_services_health(d->net, &h);
 	if (!h.services_isolated)
 		return;
-	if (h.services_restarts != d->net_services_restarts) {
-		char f[96];
-		snprintf(f, sizeof(f), "restarts=%u worker=%u", h.services_restarts, h.services_worker_pid);
+	if (h.services_restarts != d->net_services_restarts ||
+	    h.services_supervisor_restarts != d->net_services_sup_restarts) {
+		char f[128];
+		snprintf(f, sizeof(f), "restarts=%u supervisor_restarts=%u worker=%u", h.services_restarts,
+			 h.services_supervisor_restarts, h.services_worker_pid);
 		lb_warn(f,
-			"the resolver and relay's worker process ended and was replaced (a crash, or it was killed); "
-			"queries and connections sent meanwhile waited for the new one");
+			"the resolver and relay's %s process ended and was replaced (a crash, or it was killed); "
+			"queries and connections sent meanwhile waited for the new one",
+			h.services_supervisor_restarts != d->net_services_sup_restarts ? "supervisor" : "worker");
 		d->net_services_restarts = h.services_restarts;
+		d->net_services_sup_restarts = h.services_supervisor_restarts;
+	}
+	if (h.services_crash_loop != d->net_services_looping) {
+		char f[96];
+		snprintf(f, sizeof(f), "crash_loop=%d restarts=%u supervisor_restarts=%u", h.services_crash_loop,
+			 h.services_restarts, h.services_supervisor_restarts);
+		if (h.services_crash_loop)
+			lb_error(f, "the resolver and relay keep dying within 1 s of starting: each is now replaced "
+				    "only 5 s after the last, and DNS and the relay are mostly refused meanwhile");
+		else
+			lb_info(f, "the resolver and relay's crash loop ended: one served 10 s");
+		d->net_services_looping = h.services_crash_loop;
 	}
 	if (!h.services_supervised && !d->net_services_down_logged) {
 		char f[32];
-		snprintf(f, sizeof(f), "pid=%u", h.services_pid);
-		lb_error(f, "the resolver and relay's supervisor process is gone: DNS and the packages relay are "
+		snprintf(f, sizeof(f), "keeper=%u", h.services_keeper_pid);
+		lb_error(f, "the resolver and relay's keeper process is gone: DNS and the packages relay are "
 			    "refused until lensboxd restarts");
 		d->net_services_down_logged = true;
 	}

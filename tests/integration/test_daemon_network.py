@@ -97,20 +97,26 @@ def cli_health(d):
 
 
 def test_resolver_and_relay_run_unprivileged_and_are_replaced():
-    """By default the parsers of the sandboxes' DNS, TLS and HTTP bytes are not root: lensboxd forks a supervisor as
-    services_uid, which runs them in a worker of the same uid and replaces it when it dies; both go with lensboxd."""
+    """By default the parsers of the sandboxes' DNS, TLS and HTTP bytes are not root: lensboxd forks a keeper as
+    services_uid, which runs a supervisor, which runs them in a worker; a dead worker is replaced by its supervisor,
+    a dead supervisor by the keeper; all three go with lensboxd."""
     d = Daemon(settings={"networking": "on"})
     try:
         # the worker confines itself with the kernel's best Landlock ABI that lensbox knows (7)
         landlock_abi = min(7, d.request("GET", "/v1/health")[1]["host"]["landlock_abi"])
-        assert d.request("GET", "/v1/health")[1]["network"]["services"] == \
-            {"isolated": True, "alive": True, "supervised": True, "landlock_abi": landlock_abi,
-             "restarts": 0}
-        sup = [p for p in children(d.proc.pid) if proc_status(p)["Uid"].split()[0] == str(SERVICES_UID)]
-        assert len(sup) == 1, children(d.proc.pid)
+
+        def services_are(alive, supervised, restarts, supervisor_restarts):
+            return {"isolated": True, "alive": alive, "supervised": supervised, "landlock_abi": landlock_abi,
+                    "restarts": restarts, "supervisor_restarts": supervisor_restarts, "crash_loop": False}
+
+        assert d.request("GET", "/v1/health")[1]["network"]["services"] == services_are(True, True, 0, 0)
+        keeper = [p for p in children(d.proc.pid) if proc_status(p)["Uid"].split()[0] == str(SERVICES_UID)]
+        assert len(keeper) == 1, children(d.proc.pid)
+        sup = children(keeper[0])
+        assert len(sup) == 1, sup
         workers = children(sup[0])
         assert len(workers) == 1, workers
-        for pid in (sup[0], workers[0]):
+        for pid in (keeper[0], sup[0], workers[0]):
             st = proc_status(pid)
             assert st["Uid"].split() == [str(SERVICES_UID)] * 4 and st["Gid"].split() == [str(SERVICES_UID)] * 4, st
             assert int(st["CapEff"], 16) == 0 and int(st["CapPrm"], 16) == 0 and st["NoNewPrivs"] == "1", st
@@ -123,8 +129,7 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
             if services["restarts"] == 1 and services["alive"]:
                 break
             time.sleep(0.05)
-        assert services == {"isolated": True, "alive": True, "supervised": True, "landlock_abi": landlock_abi,
-                        "restarts": 1}, services
+        assert services == services_are(True, True, 1, 0), services
         assert children(sup[0]) not in ([], workers)
         deadline = time.monotonic() + 5  # the timer looks every 2 s
         while "was replaced" not in d.read_log() and time.monotonic() < deadline:
@@ -134,23 +139,38 @@ def test_resolver_and_relay_run_unprivileged_and_are_replaced():
         assert "network:     off, packages, web\n" in health, health
         assert "dns, relay:  running unprivileged (1 replaced so far)\n" in health, health
         assert "warning:" not in health, health
-        # The supervisor itself killed: nothing replaces it, and the admin is told so (log and `lensbox health`).
-        pids = [sup[0]] + children(sup[0])
+        # The supervisor killed: its worker follows it, and the keeper starts both again.
         os.kill(sup[0], 9)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            services = d.request("GET", "/v1/health")[1]["network"]["services"]
+            if services["supervisor_restarts"] == 1 and services["alive"]:
+                break
+            time.sleep(0.05)
+        assert services == services_are(True, True, 1, 1), services
+        assert children(keeper[0]) not in ([], sup)
+        deadline = time.monotonic() + 5
+        while "supervisor process ended and was replaced" not in d.read_log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "the resolver and relay's supervisor process ended and was replaced" in d.read_log()
+        assert "dns, relay:  running unprivileged (2 replaced so far)\n" in cli_health(d)
+        # The keeper itself killed: nothing replaces it, and the admin is told so (log and `lensbox health`).
+        pids = [keeper[0]] + children(keeper[0])
+        pids += children(pids[-1])
+        os.kill(keeper[0], 9)
         deadline = time.monotonic() + 10
         while d.request("GET", "/v1/health")[1]["network"]["services"]["supervised"]:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         services = d.request("GET", "/v1/health")[1]["network"]["services"]
-        assert services == {"isolated": True, "alive": False, "supervised": False, "landlock_abi": landlock_abi,
-                        "restarts": 1}, services
+        assert services == services_are(False, False, 1, 1), services
         health = cli_health(d)
         assert ("dns, relay:  stopped: packages and web sandboxes get no DNS or relay until lensboxd restarts\n"
                 in health), health
         deadline = time.monotonic() + 5
-        while "supervisor process is gone" not in d.read_log() and time.monotonic() < deadline:
+        while "keeper process is gone" not in d.read_log() and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert "the resolver and relay's supervisor process is gone" in d.read_log()
+        assert "the resolver and relay's keeper process is gone" in d.read_log()
         assert d.stop() == 0
         deadline = time.monotonic() + 5
         while any(os.path.exists(f"/proc/{p}") and proc_status(p)["State"][0] != "Z" for p in pids):

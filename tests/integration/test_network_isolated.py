@@ -3,8 +3,8 @@
 The parsers of a sandbox's DNS, TLS and HTTP bytes then run as uid 65534 with no capabilities, no_new_privs and
 non-dumpable, in a worker whose supervisor (same uid, one thread, parses nothing) holds the two ports. The tiers
 behave exactly as with in-process services and the refusal counts still reach network_blocked; a worker that dies is
-replaced and nothing a sandbox sent meanwhile is lost; if the supervisor dies, DNS and the relay stop answering (fail
-closed) and health says so.
+replaced and nothing a sandbox sent meanwhile is lost; so is a supervisor, by the keeper above it; if the keeper dies,
+DNS and the relay stop answering (fail closed) and health says so.
 """
 import json
 import os
@@ -42,9 +42,9 @@ def proc_status(pid):
 def test_services_run_unprivileged(world):
     h = health(world)
     assert h["services_isolated"] == "1" and h["services_alive"] == "1" and h["services_supervised"] == "1", h
-    supervisor, worker = int(h["services_pid"]), int(h["services_worker_pid"])
-    assert worker not in (0, supervisor) and h["services_restarts"] == "0", h
-    for pid in (supervisor, worker):
+    keeper, supervisor, worker = int(h["services_keeper_pid"]), int(h["services_pid"]), int(h["services_worker_pid"])
+    assert len({0, keeper, supervisor, worker}) == 4 and h["services_restarts"] == "0", h
+    for pid in (keeper, supervisor, worker):
         status = proc_status(pid)
         assert status["Uid"].split() == [str(UID)] * 4, status["Uid"]
         assert status["Gid"].split() == [str(UID)] * 4, status["Gid"]
@@ -54,9 +54,10 @@ def test_services_run_unprivileged(world):
         # the fds it holds: stdio on /dev/null and its own sockets, nothing of lensbox-net's
         fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
         assert all(f == "/dev/null" or f.startswith(("socket:", "anon_inode:", "pipe:")) for f in fds), fds
-    assert int(proc_status(worker)["PPid"]) == supervisor
+    assert int(proc_status(worker)["PPid"]) == supervisor and int(proc_status(supervisor)["PPid"]) == keeper
     # the worker, which parses, is confined further: seccomp, and Landlock at the kernel's best ABI lensbox knows
     assert proc_status(worker)["Seccomp"].strip() == "2" and proc_status(supervisor)["Seccomp"].strip() == "0"
+    assert proc_status(keeper)["Seccomp"].strip() == "0"
     assert int(h["services_landlock_abi"]) == min(7, kernel_landlock_abi()), h
 
 
@@ -175,8 +176,36 @@ def test_a_taken_over_service_reaches_only_the_upstream_and_public_web_ports(wor
                                               "metadata", "udp_elsewhere")), as_root
 
 
-def test_a_dead_supervisor_fails_closed(world):
-    pid = int(health(world)["services_pid"])  # the supervisor: its worker follows it (parent-death SIGKILL)
+def gone(pid):
+    """Exited: no such process, or a zombie left for whoever reaps orphans (parent-death SIGKILL reparents it)."""
+    try:
+        return proc_status(pid)["State"].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_supervisor_is_replaced(world):
+    """The supervisor's worker follows it (parent-death SIGKILL); the keeper, which holds both ports, starts a new
+    supervisor and so a new worker, and what a sandbox sent meanwhile is answered by it."""
+    h = health(world)
+    keeper, supervisor, worker = int(h["services_keeper_pid"]), int(h["services_pid"]), int(h["services_worker_pid"])
+    restarts = int(h["services_supervisor_restarts"])
+    os.kill(supervisor, signal.SIGKILL)
+    r = world.probe(world.web, op="resolve", name=nw.SITE)  # sent at once: answered by the next worker
+    assert r["ok"] and r["addrs"] == [nw.SITE_IP], r
+    r = world.probe(world.pkg, op="http", host="pypi.org", port=443, tls=True, sni="pypi.org", ca=world.ca)
+    assert r["ok"] and '"sni": "pypi.org"' in r["body"], r
+    h = health(world)
+    assert h["services_alive"] == "1" and h["services_supervised"] == "1" and h["services_crash_loop"] == "0", h
+    assert int(h["services_keeper_pid"]) == keeper and int(h["services_pid"]) not in (0, supervisor), h
+    assert int(h["services_worker_pid"]) not in (0, worker), h
+    assert int(h["services_supervisor_restarts"]) == restarts + 1, h
+    assert int(proc_status(int(h["services_worker_pid"]))["PPid"]) == int(h["services_pid"])
+    assert gone(worker), "the old worker outlived its supervisor"
+
+
+def test_a_dead_keeper_fails_closed(world):
+    pid = int(health(world)["services_keeper_pid"])  # its supervisor and worker follow it (parent-death SIGKILL)
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.2)
     h = health(world)

@@ -33,7 +33,8 @@ METADATA_IP = "169.254.169.254"
 NEIGHBOUR = "neighbour.example"
 SITE = "site.example"
 REBIND = "rebind.example"  # a public-looking name whose answer is in 10.0.0.0/8
-NAMES = {"pypi.org": REGISTRY_IP, "files.pythonhosted.org": REGISTRY_IP, NEIGHBOUR: REGISTRY_IP, SITE: SITE_IP,
+SLOW = "slow.example"  # answered 1 s late: holds a resolver query in flight that long
+NAMES = {SLOW: SITE_IP, "pypi.org": REGISTRY_IP, "files.pythonhosted.org": REGISTRY_IP, NEIGHBOUR: REGISTRY_IP, SITE: SITE_IP,
          REBIND: LAN_IP, "metadata.example": METADATA_IP}
 RESOLVER_PORT = 10053
 RESOLVER_ADDR = "169.254.53.53"  # LB_NET_RESOLVER_ADDR
@@ -258,7 +259,7 @@ class World:
         return p
 
     def _servers(self):
-        self.spawn(self.inet, "dns", {"listen": [DNS_IP, 53], "names": NAMES})
+        self.spawn(self.inet, "dns", {"listen": [DNS_IP, 53], "names": NAMES, "slow": {SLOW: 1.0}})
         reg_certs = {n: self.certs[n] for n in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR)}
         self.spawn(self.inet, "http", {"site": "registry", "listen": [[REGISTRY_IP, 443, True], [REGISTRY_IP, 80,
                                                                                                  False],

@@ -109,10 +109,12 @@ def serve_http(args):
 
 
 def serve_dns(args):
-    """args: listen [addr, port], names {name: ipv4}. A records only; NXDOMAIN for the rest."""
+    """args: listen [addr, port], names {name: ipv4}, slow {name: seconds} (answered that late, from a timer, so
+    others are not held up). A records only; NXDOMAIN for the rest."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((args["listen"][0], args["listen"][1]))
     names = {k.lower(): v for k, v in args["names"].items()}
+    slow = {k.lower(): v for k, v in args.get("slow", {}).items()}
     print("ready", flush=True)
     while True:
         data, peer = s.recvfrom(4096)
@@ -135,7 +137,11 @@ def serve_dns(args):
         answers = b""
         if qtype == 1:
             answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(ip)
-        s.sendto(struct.pack("!HHHHHH", qid, 0x8180, 1, 1 if answers else 0, 0, 0) + question + answers, peer)
+        reply = struct.pack("!HHHHHH", qid, 0x8180, 1, 1 if answers else 0, 0, 0) + question + answers
+        if name in slow:
+            threading.Timer(slow[name], s.sendto, (reply, peer)).start()
+        else:
+            s.sendto(reply, peer)
 
 
 def serve_udp_echo(args):

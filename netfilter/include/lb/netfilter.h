@@ -35,6 +35,11 @@
  * what make the packages relay nearly as fast as a direct download (docs/network.md, "Benchmark"). */
 #define LB_NET_DEFAULT_VETH_GSO_MAX (256u * 1024)
 #define LB_NET_MAX_VETH_GSO_MAX	    524280u /* the veth driver's own limit */
+/* The services' bounds over every sandbox, and each sandbox's default share of them (lb_net_config). */
+#define LB_NET_DNS_INFLIGHT_MAX		 64u
+#define LB_NET_RELAY_CONNS_MAX		 256u
+#define LB_NET_DEFAULT_DNS_PER_SANDBOX	 16u
+#define LB_NET_DEFAULT_RELAY_PER_SANDBOX 64u
 
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
@@ -52,9 +57,13 @@ struct lb_net_config {
 				  the caller */
 	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
 				  kernel's classic size (the relay then splices instead of copying) */
-	bool no_flow_offload;  /* false (the default): `web` sandboxes' established connections take the flowtable
-				  of policy/network/offload.nft where the kernel has flowtables; true: never (to
-				  compare, or to rule it out) */
+	uint32_t dns_per_sandbox; /* DNS queries one sandbox may have in flight (fair share of LB_NET_DNS_INFLIGHT_MAX);
+				     0: LB_NET_DEFAULT_DNS_PER_SANDBOX. More are dropped and counted as refusals */
+	uint32_t relay_per_sandbox; /* relayed connections one sandbox may hold (of LB_NET_RELAY_CONNS_MAX); 0:
+				       LB_NET_DEFAULT_RELAY_PER_SANDBOX. More are reset and counted as refusals */
+	bool no_flow_offload;	    /* false (the default): `web` sandboxes' established connections take the flowtable
+				       of policy/network/offload.nft where the kernel has flowtables; true: never (to
+				       compare, or to rule it out) */
 };
 
 struct lb_net; /* opaque context */
@@ -75,14 +84,19 @@ struct lb_net_health {
 	bool services_isolated;	      /* the resolver and relay run in unprivileged processes of their own ... */
 	bool services_alive;	      /* ... a worker serves (false while one is replaced, or for good once the
 					 supervisor is gone: DNS and the relay are then refused) */
-	bool services_supervised;     /* isolated: the supervisor runs, so a worker that ends is replaced; false for
-					 good once it is gone (lb_net_free and lb_net_init again bring them back) */
-	unsigned services_pid;	      /* the supervisor (isolated) or the caller */
+	bool services_supervised;     /* isolated: the keeper runs, so a supervisor or worker that ends is replaced;
+					 false for good once it is gone (lb_net_free and lb_net_init again bring them
+					 back) */
+	unsigned services_keeper_pid; /* isolated: the keeper (the caller's child, parent of the supervisor) */
+	unsigned services_pid;	      /* the supervisor serving now (isolated; 0 while it is replaced) or the caller */
 	unsigned services_worker_pid; /* the worker serving now (isolated; 0 while it is replaced) or the caller */
 	unsigned services_restarts;   /* workers started after the first (a worker ended: crashed or killed) */
-	int services_landlock_abi;    /* isolated: the Landlock ABI the worker confined itself with (0: none) */
-	bool flow_offload;	      /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
-	char flow_offload_why[160];   /* when not: why (the kernel's refusal, "no uplink", "turned off") */
+	unsigned services_supervisor_restarts; /* supervisors started after the first (one ended) */
+	bool services_crash_loop;	       /* workers or supervisors keep dying within 1 s of starting: each is
+						  replaced only 5 s after the last, until one serves 10 s */
+	int services_landlock_abi;  /* isolated: the Landlock ABI the worker confined itself with (0: none) */
+	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
+	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
 };
 
 /* What lb_net_attach() built. */

@@ -278,10 +278,13 @@ static void isolated_services(void **state)
 	/* The worker reports the Landlock ABI it confined itself with: the kernel's best that lensbox knows. */
 	int kabi = lb_landlock_kernel_abi();
 	assert_int_equal(h.services_landlock_abi, kabi > LB_LANDLOCK_MAX_KNOWN_ABI ? LB_LANDLOCK_MAX_KNOWN_ABI : kabi);
-	/* Both the supervisor and its worker: uid 65534 everywhere, no capability, the worker the supervisor's child.
-	 */
-	unsigned pids[2] = { h.services_pid, h.services_worker_pid };
-	for (size_t i = 0; i < 2; i++) {
+	/* The keeper, the supervisor and its worker: uid 65534 everywhere, no capability, each the child of the one
+	 * before. */
+	assert_int_not_equal(h.services_keeper_pid, 0);
+	assert_int_not_equal(h.services_pid, 0);
+	unsigned pids[3] = { h.services_keeper_pid, h.services_pid, h.services_worker_pid };
+	unsigned parents[3] = { (unsigned)getpid(), h.services_keeper_pid, h.services_pid };
+	for (size_t i = 0; i < 3; i++) {
 		char *status = proc_status(pids[i]);
 		assert_non_null(strstr(status, "\nUid:\t65534\t65534\t65534\t65534\n"));
 		assert_non_null(strstr(status, "\nGid:\t65534\t65534\t65534\t65534\n"));
@@ -289,9 +292,9 @@ static void isolated_services(void **state)
 		assert_non_null(strstr(status, "\nCapPrm:\t0000000000000000\n"));
 		assert_non_null(strstr(status, "\nNoNewPrivs:\t1\n"));
 		/* The worker, which parses the sandboxes' bytes, runs under its seccomp filter (confine.c). */
-		assert_non_null(strstr(status, i == 0 ? "\nSeccomp:\t0\n" : "\nSeccomp:\t2\n"));
+		assert_non_null(strstr(status, i < 2 ? "\nSeccomp:\t0\n" : "\nSeccomp:\t2\n"));
 		char ppid[32];
-		snprintf(ppid, sizeof(ppid), "\nPPid:\t%u\n", i == 0 ? (unsigned)getpid() : h.services_pid);
+		snprintf(ppid, sizeof(ppid), "\nPPid:\t%u\n", parents[i]);
 		assert_non_null(strstr(status, ppid));
 		free(status);
 	}
@@ -304,7 +307,7 @@ static void isolated_services(void **state)
 	assert_int_equal(hijack_refused(SOCK_STREAM, 20080), 0);
 
 	/* A worker that dies is replaced, and the ports stay taken meanwhile (the supervisor holds the sockets). */
-	unsigned supervisor = h.services_pid, worker = h.services_worker_pid;
+	unsigned worker = h.services_worker_pid;
 	assert_int_equal(kill((pid_t)worker, SIGKILL), 0);
 	assert_int_equal(bind_port(SOCK_DGRAM, 20053), -EADDRINUSE);
 	assert_int_equal(bind_port(SOCK_STREAM, 20080), -EADDRINUSE);
@@ -316,7 +319,7 @@ static void isolated_services(void **state)
 		usleep(10000);
 	}
 	assert_true(h.services_alive);
-	assert_int_equal(h.services_pid, supervisor);
+	assert_int_equal(h.services_pid, pids[1]);
 	assert_int_not_equal(h.services_worker_pid, 0);
 	assert_int_not_equal(h.services_worker_pid, worker);
 	assert_int_equal(h.services_restarts, 1);
@@ -324,12 +327,36 @@ static void isolated_services(void **state)
 	worker = h.services_worker_pid;
 
 	assert_true(h.services_supervised);
+	assert_false(h.services_crash_loop);
+
+	/* A supervisor that dies takes its worker along (parent-death SIGKILL); the keeper replaces both, and the
+	 * ports stay taken meanwhile (the keeper holds the sockets). */
+	unsigned supervisor = h.services_pid;
+	assert_int_equal(kill((pid_t)supervisor, SIGKILL), 0);
+	assert_int_equal(bind_port(SOCK_DGRAM, 20053), -EADDRINUSE);
+	assert_int_equal(bind_port(SOCK_STREAM, 20080), -EADDRINUSE);
+	for (int i = 0; i < 300; i++) {
+		lb_net_health(net, &h);
+		if (h.services_alive && h.services_pid != supervisor && h.services_pid != 0)
+			break;
+		usleep(10000);
+	}
+	assert_true(h.services_alive);
+	assert_true(h.services_supervised);
+	assert_int_not_equal(h.services_pid, supervisor);
+	assert_int_not_equal(h.services_worker_pid, worker);
+	assert_int_equal(h.services_supervisor_restarts, 1);
+	assert_true(gone(worker));
+	supervisor = h.services_pid;
+	worker = h.services_worker_pid;
+	unsigned keeper = h.services_keeper_pid;
 
 	assert_int_equal(lb_net_unload(net, &err), 0);
 	lb_net_free(net);
-	assert_int_equal(kill((pid_t)supervisor, 0), -1); /* killed and reaped with the context */
-	for (int i = 0; i < 200 && !gone(worker); i++)
+	assert_int_equal(kill((pid_t)keeper, 0), -1); /* killed and reaped with the context */
+	for (int i = 0; i < 200 && !(gone(worker) && gone(supervisor)); i++)
 		usleep(10000); /* parent-death SIGKILL (reaping is then init's) */
+	assert_true(gone(supervisor));
 	assert_true(gone(worker));
 	/* The ports are free again (a dead process's last close may be finished by a kernel worker a moment later). */
 	for (int i = 0; i < 200 && (bind_port(SOCK_DGRAM, 20053) < 0 || bind_port(SOCK_STREAM, 20080) < 0); i++)
