@@ -122,7 +122,7 @@ struct refill {
 	int n;
 	char tmp[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
 	char img[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
-	char path[LB_DISK_POOL_TARGET][PATH_MAX]; /* the .new file's absolute path, for mke2fs */
+	char path[LB_DISK_POOL_TARGET][POOL_NAME_MAX + 32]; /* the .new file for mke2fs: /proc/self/fd/<pool_fd>/... */
 	char *argv[LB_DISK_POOL_TARGET][12];
 	uint64_t bytes;
 };
@@ -142,6 +142,7 @@ static bool refill_one(struct refill *r, int i)
 		dup2(r->null_fd, 0);
 		dup2(r->null_fd, 1);
 		dup2(r->null_fd, 2);
+		fcntl(r->pool_fd, F_SETFD, 0); /* mke2fs opens its image through /proc/self/fd/<pool_fd> */
 		execve("/usr/sbin/mke2fs", r->argv[i], mke2fs_envp);
 		execve("/sbin/mke2fs", r->argv[i], mke2fs_envp);
 		_exit(127);
@@ -235,23 +236,19 @@ int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes)
 		return have;
 	if (have >= LB_DISK_POOL_TARGET)
 		return 0;
-	_cleanup_free_ struct refill *r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
 	_cleanup_close_ int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null_fd < 0)
 		return -errno;
-	r->pool_fd = fd;
-	r->lock_fd = lock;
-	r->null_fd = null_fd;
-	r->bytes = disk_bytes;
+	struct refill rf = { .pool_fd = fd, .lock_fd = lock, .null_fd = null_fd, .bytes = disk_bytes };
+	struct refill *r = &rf;
 	static unsigned counter;
 	for (int i = 0; i < LB_DISK_POOL_TARGET - have; i++, r->n++) {
 		unsigned k = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
 		snprintf(r->tmp[i], POOL_NAME_MAX, "%s%ld-%u.new", prefix, (long)getpid(), k);
 		snprintf(r->img[i], POOL_NAME_MAX, "%s%ld-%u.img", prefix, (long)getpid(), k);
-		if ((size_t)snprintf(r->path[i], PATH_MAX, "%s/%s", pool, r->tmp[i]) >= PATH_MAX)
-			return -ENAMETOOLONG;
+		/* The refiller inherits the pool's fd under the same number: the path never leaves the checked
+		 * directory. */
+		snprintf(r->path[i], sizeof(r->path[i]), "/proc/self/fd/%d/%s", fd, r->tmp[i]);
 		/* The root directory stays 0:0 0755 here; the first mount gives it to the sandbox's uid. -m 0: no
 		 * blocks reserved for root (there is no root inside); -F: it is a file, not a device. */
 		char *const argv[] = { "mke2fs",   "-q",   "-F",

@@ -478,7 +478,7 @@ struct start {
 	int init_fd;
 	pid_t pid;
 	bool have_disk, have_root;
-	bool refill;		/* a new storage: the pool's refill starts while the child builds the root */
+	bool refill; /* a new storage: the pool's refill starts while the child builds the root */
 	uint64_t disk_bytes;
 	char pool[PATH_MAX];
 };
@@ -635,7 +635,8 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 	/* A new storage took an image from the pool (or found none): its refill forks now, while the child builds the
-	 * root and we would only wait. A refill that cannot start costs the next new sandbox its mke2fs, nothing more. */
+	 * root and we would only wait. A refill that cannot start costs the next new sandbox its mke2fs, nothing more.
+	 */
 	if (s->refill)
 		(void)lb_disk_pool_refill(s->pool, s->disk_bytes);
 	struct lb_child_report rep;
