@@ -14,8 +14,8 @@
  * in the pool or in the storage, never half in both. The storage root's owner (the sandbox's host uid) is set at
  * every mount by sandbox.c, as it was for images whose uid changed; lost+found is removed at the first mount, as for
  * an image mke2fs just made. lb_disk_pool_refill() then starts, detached, a refiller that tops the pool up to
- * LB_DISK_POOL_TARGET images of that size under the lock, at nice 10 and a moment later, so it competes little with
- * the start that emptied a slot. Without an image of the right size (a pool not yet filled, a size not seen before,
+ * LB_DISK_POOL_TARGET images of that size under the lock, a moment later and only with the CPU and disk time nothing
+ * else wants (SCHED_IDLE, the idle I/O class), so it takes no time from runs. Without an image of the right size (a pool not yet filled, a size not seen before,
  * a pool on another filesystem than the storage: EXDEV), the caller formats as before: the pool only ever saves time.
  *
  * Where: lb_sandbox_spec.disk_pool names the pool (NULL or "": none, every new storage is formatted on the spot); it
@@ -57,8 +57,13 @@
 #include <unistd.h>
 
 #define POOL_NAME_MAX 64
-/* The refiller waits this long before its first mke2fs: the start that took an image is then mostly done. */
-#define REFILL_DELAY_NS 20000000L
+/* The refiller waits this long before its first mke2fs: the start that took an image, and most first runs, are then
+ * done. */
+#define REFILL_DELAY_NS 100000000L
+/* ioprio_set(2)'s idle class, for the refiller and its mke2fs (no glibc wrapper). */
+#define IOPRIO_WHO_PROCESS 1
+#define IOPRIO_CLASS_IDLE  3
+#define IOPRIO_CLASS_SHIFT 13
 
 /* Opens the pool directory, creating it if asked; -EPERM unless it is root's own (our euid's) and 0700: an image
  * found in a directory anyone else can write to could be crafted, and the kernel would mount it. */
@@ -182,7 +187,11 @@ static _Noreturn void refill_main(struct refill *r)
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	(void)setpriority(PRIO_PROCESS, 0, 10);
+	/* Only what the CPUs and the disk would otherwise leave idle: a refill never takes time from a run (under a
+	 * sustained load it waits, the pool empties, and new storages are formatted on the spot as before). */
+	struct sched_param sp = { 0 };
+	(void)sched_setscheduler(0, SCHED_IDLE, &sp);
+	(void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT);
 	struct timespec ts = { 0, REFILL_DELAY_NS };
 	nanosleep(&ts, NULL);
 	for (int i = 0; i < r->n; i++)
