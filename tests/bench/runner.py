@@ -116,6 +116,8 @@ def main():
         if other:
             cmds["new_o"] = lensbox_o + ["--", "python3", "-c", "pass"]
             cmds["many_o"] = lensbox_o + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"]
+            fresh_o = [a if a != storage + "-o" else os.path.join(base, "fresh-o") for a in lensbox_o if a != "--keep"]
+            cmds["fresh_o"] = fresh_o + ["--", "python3", "-c", "pass"]
         for cmd in cmds.values():  # warm-up
             timed(cmd)
         wall = {name: [] for name in cmds}
@@ -173,6 +175,8 @@ def main():
                   f"(this build {new_lib / m(lib_o['new']):5.2f}x of it)")
             print(f"  first result, library  {m(lib_o['first']):8.2f}   ratio {m(lib_o['first']) / bare:5.2f}x bare   "
                   f"(this build {first_lib / m(lib_o['first']):5.2f}x of it)")
+            print(f"  new, fresh storage     {med['fresh_o']:8.2f}   ratio {med['fresh_o'] / bare:5.2f}x bare   "
+                  f"(this build {med['fresh'] / med['fresh_o']:5.2f}x of it)")
             print(f"  exec, tool marginal    {exec_o:8.2f}   ratio {exec_o / bare:5.2f}x bare")
             print(f"  exec, library          {m(lib_o['exec']):8.2f}   ratio {m(lib_o['exec']) / bare:5.2f}x bare")
             print(f"  phases (library)       start {m(lib_o['start']):.2f}  first exec {m(lib_o['exec1']):.2f}  "
@@ -183,7 +187,8 @@ def main():
             print(f"  paired, median of this build - other per round (ms): new sandbox, tool "
                   f"{paired(wall['new'], wall['new_o']):+.2f}  start {paired(lib_t['start'], lib_o['start']):+.2f}  "
                   f"first exec {paired(lib_t['exec1'], lib_o['exec1']):+.2f}  "
-                  f"stop {paired(lib_t['stop'], lib_o['stop']):+.2f}")
+                  f"stop {paired(lib_t['stop'], lib_o['stop']):+.2f}  fresh storage, tool "
+                  f"{paired(wall['fresh'], wall['fresh_o']):+.2f}")
         print(json.dumps({"bare_ms": round(bare, 3), "chroot_ms": round(chroot, 3), "bwrap_ms": round(bw, 3),
                           "new_ms": round(new, 3),
                           "fresh_ms": round(med["fresh"], 3), "fresh_mkfs_ms": round(med["fresh_mkfs"], 3),
