@@ -838,26 +838,6 @@ int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err)
 	return 0;
 }
 
-int lb_sandbox_discard_storage(const char *storage, struct lb_error *err)
-{
-	if (!storage || storage[0] != '/')
-		return lb_error_setx(err, EINVAL, "storage must be an absolute path");
-	/* The image goes while the stopped sandbox's flusher may still hold it through its loop device: the kernel
-	 * keeps the file until that last reference closes, and the shutdown's writes then land in a file nobody can
-	 * reach and that is freed unwritten. Nothing here can open it again: a later start of this path finds no
-	 * image and makes (or takes) a new one, a different file. */
-	static const char *const files[] = { "disk.img", "disk.img.new", "lock" };
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		char path[PATH_MAX];
-		snprintf(path, sizeof(path), "%s/%s", storage, files[i]);
-		if (unlink(path) < 0 && errno != ENOENT)
-			return lb_error_set(err, errno, "removing %s", path);
-	}
-	if (rmdir(storage) < 0 && errno != ENOENT)
-		return lb_error_set(err, errno, "removing %s", storage);
-	return 0;
-}
-
 int lb_storage_usage(const char *storage, uint64_t *ret_bytes)
 {
 	char img[PATH_MAX];

@@ -560,13 +560,8 @@ static int start_run_stop(const struct options *o, const struct lb_sandbox_spec 
 	int sr = lb_sandbox_stop(sb, &serr);
 	uint64_t t3 = now_us();
 	if (!o->keep) {
-		/* Our own sandbox, stopped: its storage goes without waiting for the flush of what is thrown away. If
-		 * the stop failed, the storage may still be mounted: then the checked removal. */
 		struct lb_error derr;
-		if (sr == 0)
-			lb_sandbox_discard_storage(o->storage, &derr);
-		else
-			lb_sandbox_destroy_storage(o->storage, &derr);
+		lb_sandbox_destroy_storage(o->storage, &derr);
 	}
 	if (er < 0) {
 		free(runs->exec_us);

@@ -162,11 +162,6 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err);
 /* Removes the storage of a stopped sandbox (-EBUSY if its image is still attached after 2 s). */
 int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err);
 
-/* Removes the storage of a sandbox the caller itself has just stopped, without waiting for its flusher (the storage's
- * files are unlinked; the flusher finishes on a file nobody can reach, which the kernel then frees). Only for that
- * case: a storage another sandbox may be using goes through lb_sandbox_destroy_storage. */
-int lb_sandbox_discard_storage(const char *storage, struct lb_error *err);
-
 /* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
  * detaches its loop device, removes its cgroups. Safe to call for a sandbox that left nothing. */
 int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *err);
