@@ -15,8 +15,9 @@
  * every mount by sandbox.c, as it was for images whose uid changed; lost+found is removed at the first mount, as for
  * an image mke2fs just made. lb_disk_pool_refill() then starts, detached, a refiller that tops the pool up to
  * LB_DISK_POOL_TARGET images of that size under the lock, a moment later and only with the CPU and disk time nothing
- * else wants (SCHED_IDLE, the idle I/O class), so it takes no time from runs. Without an image of the right size (a pool not yet filled, a size not seen before,
- * a pool on another filesystem than the storage: EXDEV), the caller formats as before: the pool only ever saves time.
+ * else wants (SCHED_IDLE, the idle I/O class), so it takes no time from runs. Without an image of the right size (a
+ * pool not yet filled, a size not seen before, a pool on another filesystem than the storage: EXDEV), the caller
+ * formats as before: the pool only ever saves time.
  *
  * Where: lb_sandbox_spec.disk_pool names the pool (NULL or "": none, every new storage is formatted on the spot); it
  * must be on the storage's filesystem (rename() cannot cross filesystems: -EXDEV, and the image is formatted on the
