@@ -73,7 +73,8 @@ static int run_tool(char *const argv[], struct lb_error *err)
 	return 0;
 }
 
-int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err)
+int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid,
+		    struct lb_error *err)
 {
 	if (disk_bytes < (16u << 20))
 		return lb_error_setx(err, EINVAL, "disk limit %" PRIu64 " is below the 16 MiB minimum", disk_bytes);
@@ -104,6 +105,10 @@ int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, g
 	}
 	if (errno != ENOENT)
 		return lb_error_set(err, errno, "inspecting %s", img);
+	/* A new image: one formatted ahead of time (disk_pool.c), whose root the mount gives to owner_uid. A pool that
+	 * cannot be used only costs the time it would have saved. */
+	if (pool && lb_disk_pool_take(pool, disk_bytes, img) == 0)
+		return 1;
 
 	/* A new image: made under a temporary name and renamed, so a crash never leaves a half-made disk.img. */
 	char tmp[PATH_MAX];

@@ -68,8 +68,10 @@ int lb_cpus_format(const cpu_set_t *set, char *buf, size_t size);
 /* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */
 int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
 /* Makes <storage>/disk.img (an ext4 filesystem of disk_bytes) unless it exists, growing an existing one to a larger
- * limit. Returns 1 when it made a new filesystem, 0 when one was there. */
-int lb_disk_prepare(const char *storage, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid, struct lb_error *err);
+ * limit: a new one is taken from the pool (NULL: none) when it has one of that size, else made by mke2fs. Returns 1
+ * when the filesystem is new (the caller then starts the pool's refill), 0 when one was there. */
+int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid,
+		    struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
@@ -94,6 +96,14 @@ struct lb_ext4_layout {
 	size_t n;
 };
 int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret);
+/* disk_pool.c — storage images formatted ahead of time (the file explains the layout and why it is safe). */
+#define LB_DISK_POOL_TARGET 4
+/* Moves an image of exactly disk_bytes from the pool to img (atomically); 0, -ENOENT when there is none, -EPERM when
+ * the pool is not root's own 0700 directory, -EXDEV when it is on another filesystem than img. */
+int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img);
+/* Starts a detached refiller that tops the pool up to LB_DISK_POOL_TARGET images of disk_bytes, unless one is at
+ * work already; returns how many it will make (0: none needed or another refiller holds the lock) or -errno. */
+int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):

@@ -478,6 +478,9 @@ struct start {
 	int init_fd;
 	pid_t pid;
 	bool have_disk, have_root;
+	bool refill; /* a new storage: the pool's refill starts while the child builds the root */
+	uint64_t disk_bytes;
+	char pool[PATH_MAX];
 };
 
 /* Step 1: the cgroup (limits on <name>, leaves `init` and `run`), refused when one of this name holds processes. */
@@ -587,11 +590,16 @@ static int start_storage(struct start *s, struct lb_error *err)
 	const struct lb_sandbox_spec *spec = s->spec;
 	uint64_t disk = spec->limits.disk_bytes ? spec->limits.disk_bytes : (uint64_t)1 << 30;
 	int r;
-	if ((r = lb_disk_prepare(spec->storage, disk, spec->host_uid, spec->host_gid, err)) < 0) {
+	bool have_pool = spec->disk_pool && spec->disk_pool[0] &&
+			 (size_t)snprintf(s->pool, sizeof(s->pool), "%s", spec->disk_pool) < sizeof(s->pool);
+	if ((r = lb_disk_prepare(spec->storage, have_pool ? s->pool : NULL, disk, spec->host_uid, spec->host_gid,
+				 err)) < 0) {
 		lb_error_wrap(err, "preparing the storage");
 		return r;
 	}
 	bool fresh_fs = r == 1;
+	s->refill = fresh_fs && have_pool;
+	s->disk_bytes = disk;
 	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
 		lb_error_wrap(err, "mounting the storage");
 		return r;
@@ -626,6 +634,11 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	while (sent < 0 && errno == EINTR);
 	if (sent != 1) /* gone already, or it must go: the read below must not wait for it */
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+	/* A new storage took an image from the pool (or found none): its refill forks now, while the child builds the
+	 * root and we would only wait. A refill that cannot start costs the next new sandbox its mke2fs, nothing more.
+	 */
+	if (s->refill)
+		(void)lb_disk_pool_refill(s->pool, s->disk_bytes);
 	struct lb_child_report rep;
 	for (;;) {
 		ssize_t n;

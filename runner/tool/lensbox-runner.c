@@ -10,13 +10,16 @@
  *                  [--uid 200000] [--gid UID] [--policy DIR] [--output-limit 1Mi] [--name NAME] [--network off]
  *                  [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]
  *                  [--run-dir /run/lensbox-runner] [--env K=V]... [--cwd DIR] [--repeat N] [--keep]
- *                  [--seccomp-cache DIR | --no-seccomp-cache] -- argv...
+ *                  [--seccomp-cache DIR | --no-seccomp-cache] [--disk-pool DIR | --no-disk-pool] -- argv...
  *   lensbox-runner --cleanup NAME [--run-dir DIR]   what lensboxd does after a crash: kill, unmount, remove cgroups
  *   lensbox-runner --probe [--policy DIR]           the host's facts; exit 1 when sandboxes cannot run here
  *
  * The seccomp profile's compiled BPF is kept in <run-dir>/seccomp-cache (root's, 0700) between runs: compiling it
  * with libseccomp is most of this tool's own time, and a run with the same profile bytes and libseccomp reuses it
  * (policy/src/seccomp_cache.c says how an entry is checked). --no-seccomp-cache compiles every time.
+ *
+ * A new storage takes an image formatted ahead of time from <storage's parent>/.disk-pool (--disk-pool DIR, on the
+ * storage's filesystem), which a detached refiller tops up (runner/disk_pool.c); --no-disk-pool runs mke2fs instead.
  */
 #include "lb/cleanup.h"
 #include "lb/error.h"
@@ -50,7 +53,8 @@ static void usage(FILE *f)
 		   "       [--disk 1Gi] [--timeout 60] [--uid 200000] [--gid GID] [--policy DIR] [--output-limit 1Mi]\n"
 		   "       [--name NAME] [--network off] [--run-dir DIR] [--env K=V]... [--cwd DIR] [--repeat N]\n"
 		   "       [--tmp 256Mi] [--shm 64Mi] [--hostname NAME]\n"
-		   "       [--seccomp-cache DIR | --no-seccomp-cache] [--keep] -- program [args...]\n"
+		   "       [--seccomp-cache DIR | --no-seccomp-cache] [--disk-pool DIR | --no-disk-pool]\n"
+		   "       [--keep] -- program [args...]\n"
 		   "       (inside, nobody 65534 is host uid/gid + 65536 and root 0 is + 131072)\n"
 		   "       lensbox-runner --cleanup NAME [--run-dir DIR]\n"
 		   "       lensbox-runner --probe [--policy DIR]\n");
@@ -220,7 +224,7 @@ static void gen_refused(yajl_gen g, const struct lb_refusals *r)
 struct options {
 	const char *rootfs, *storage, *policy_dir, *name, *cwd, *run_dir, *network;
 	const char *memory, *cpu, *pids, *disk, *timeout, *output;
-	const char *tmp, *shm, *hostname, *seccomp_cache;
+	const char *tmp, *shm, *hostname, *seccomp_cache, *disk_pool;
 	bool no_seccomp_cache, keep, probe;
 	unsigned long uid, gid, repeat;
 	const char *cleanup;
@@ -254,7 +258,9 @@ enum {
 	O_SHM,
 	O_HOSTNAME,
 	O_SECCOMP_CACHE,
-	O_NO_SECCOMP_CACHE
+	O_NO_SECCOMP_CACHE,
+	O_DISK_POOL,
+	O_NO_DISK_POOL
 };
 
 static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROOTFS },
@@ -283,6 +289,8 @@ static const struct option opts[] = { { "rootfs", required_argument, NULL, O_ROO
 				      { "hostname", required_argument, NULL, O_HOSTNAME },
 				      { "seccomp-cache", required_argument, NULL, O_SECCOMP_CACHE },
 				      { "no-seccomp-cache", no_argument, NULL, O_NO_SECCOMP_CACHE },
+				      { "disk-pool", required_argument, NULL, O_DISK_POOL },
+				      { "no-disk-pool", no_argument, NULL, O_NO_DISK_POOL },
 				      { NULL, 0, NULL, 0 } };
 
 /* Options up to the program's argv (optind); -1 to go on, else the exit status (--help 0, a usage error 2). The
@@ -337,6 +345,12 @@ static int parse_options(int argc, char **argv, struct options *o)
 			break;
 		case O_RUNDIR:
 			o->run_dir = optarg;
+			break;
+		case O_DISK_POOL:
+			o->disk_pool = optarg;
+			break;
+		case O_NO_DISK_POOL:
+			o->disk_pool = "";
 			break;
 		case O_CWD:
 			o->cwd = optarg;
@@ -420,6 +434,19 @@ static int load_policy(const struct options *o, struct lb_policy **ret, struct l
 	return 0;
 }
 
+/* The pool of pre-formatted storage images by default: <storage's parent>/.disk-pool, on the storage's filesystem
+ * as the pool must be. NULL (none) for a relative storage (the start refuses it) or a path too long. */
+static const char *default_disk_pool(const char *storage)
+{
+	static char buf[4096];
+	const char *slash = storage ? strrchr(storage, '/') : NULL;
+	if (!slash || storage[0] != '/')
+		return NULL;
+	if ((size_t)snprintf(buf, sizeof(buf), "%.*s/.disk-pool", (int)(slash - storage), storage) >= sizeof(buf))
+		return NULL;
+	return buf;
+}
+
 /* What the sandbox and its runs are given: the policy's limits, overridden by the options. 0, or the exit status
  * (2: a bad quantity or an unsupported network). spec->name may point at defname (64 bytes). */
 static int build_spec(const struct options *o, const struct lb_policy *policy, struct lb_sandbox_spec *spec,
@@ -431,6 +458,7 @@ static int build_spec(const struct options *o, const struct lb_policy *policy, s
 	spec->rootfs = o->rootfs;
 	spec->hostname = o->hostname;
 	spec->storage = o->storage;
+	spec->disk_pool = o->disk_pool ? o->disk_pool : default_disk_pool(o->storage);
 	spec->run_dir = o->run_dir;
 	spec->host_uid = (uid_t)o->uid;
 	spec->host_gid = (gid_t)o->gid;

@@ -4,8 +4,9 @@ one run, printing the ratios.
 
     LENSBOX_BUILD_DIR=build /usr/bin/python3 tests/bench/api_bench.py [--rounds N]
 
-Four figures, each the median of N rounds, measured from this process (wall clock, time.perf_counter):
+Five figures, each the median of N rounds, measured from this process (wall clock, time.perf_counter):
   bare      subprocess.run(["/usr/bin/python3", "-c", "print(1)"]) on the host
+  bwrap     the same under `bwrap --unshare-all` over the default image's root (read-only), fresh /proc, /dev, /tmp
   existing  POST /v1/sandboxes/{name}/runs with print(1) in a sandbox that is already running
   new       the first run in a sandbox that does not exist yet, as lensboxd runs by default (spare_sandboxes = 1):
             the daemon hands it the spare it started ahead of time. Before each such run the benchmark waits,
@@ -15,14 +16,17 @@ Four figures, each the median of N rounds, measured from this process (wall cloc
             first after that wait runs with colder caches
   cold      the first run in a new sandbox of a second lensboxd with spare_sandboxes = 0: created, storage made,
             started, run
-Targets (issue 4): existing <= 1.1x bare, new <= 1.3x bare. Runs as root against two private lensboxd.
+Targets (issue 18): existing <= 1.05x bare, new <= 1.05x bare, cold <= 1.15x bare and below bwrap's ratio.
+Runs as root against two private lensboxd.
 
-With --compare-build-dir DIR, a third lensboxd from another build (e.g. main's) runs the `existing` variant in the
-same rounds, and a `compare` line gives both medians, their ratio (this build / the other) and the median of the
-per-round differences: this machine is shared and its load swings, so only figures from one run compare.
+With --compare-build-dir DIR, a third lensboxd from another build (e.g. main's, spare_sandboxes = 0) runs the
+`existing` and `cold` variants in the same rounds, and `compare` lines give both medians, their ratio (this build /
+the other) and the median of the per-round differences: this machine is shared and its load swings, so only figures
+from one run compare.
 """
 import argparse
 import http.client
+import shutil
 import json
 import os
 import socket
@@ -97,6 +101,15 @@ def measure(args, other):
             p = subprocess.run(["/usr/bin/python3", "-c", "print(1)"], capture_output=True)
             assert p.stdout == b"1\n"
 
+        from lensbox_testlib.runner import rootfs
+        bwrap_cmd = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", rootfs(),
+                     "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--", "/usr/bin/python3", "-c",
+                     "print(1)"]
+
+        def bwrap():
+            p = subprocess.run(bwrap_cmd, capture_output=True)
+            assert p.stdout == b"1\n", p.stderr
+
         def spare_ready(timeout=30):
             deadline = time.monotonic() + timeout
             while d.request("GET", "/v1/health")[1]["spares"]["ready"] < 1:
@@ -109,22 +122,29 @@ def measure(args, other):
         api_run(cold_d.socket, cold_d.name("warm"), body)
         for _ in range(3):  # warm caches on both sides
             bare()
+            bwrap()
             api_run(d.socket, existing_name, body)
             if other:
                 api_run(other.socket, other.name("bench"), body)
+        if other:
+            api_run(other.socket, other.name("warm"), body)
         bare_ms, existing_ms, new_ms, cold_ms, inside_ms, other_ms = [], [], [], [], [], []
+        bwrap_ms, other_cold_ms = [], []
         for i in range(args.rounds):
             spare_ready()  # not timed; the machine idles a moment here
             fresh, cold = d.name(f"new{i}"), cold_d.name(f"cold{i}")
             variants = [
                 lambda: bare_ms.append(timed(bare)),
+                lambda: bwrap_ms.append(timed(bwrap)),
                 lambda: existing_ms.append(timed(
                     lambda: inside_ms.append(api_run(d.socket, existing_name, body)["duration_ms"]))),
                 lambda: new_ms.append(timed(lambda: api_run(d.socket, fresh, body))),
                 lambda: cold_ms.append(timed(lambda: api_run(cold_d.socket, cold, body))),
             ]
             if other:
+                other_cold = other.name(f"cold{i}")
                 variants.append(lambda: other_ms.append(timed(lambda: api_run(other.socket, other.name("bench"), body))))
+                variants.append(lambda: other_cold_ms.append(timed(lambda: api_run(other.socket, other_cold, body))))
             # Interleaved, so any drift of the machine hits all of them alike, and in an order that rotates every
             # round: the first one after the idle moment runs with colder caches, and each variant is first as
             # often as the others.
@@ -132,23 +152,32 @@ def measure(args, other):
                 variants[(i + k) % len(variants)]()
             d.request("DELETE", f"/v1/sandboxes/{fresh}")  # not timed
             cold_d.request("DELETE", f"/v1/sandboxes/{cold}")
+            if other:
+                other.request("DELETE", f"/v1/sandboxes/{other_cold}")
         fresh_names = {f"sandbox={d.name(f'new{i}')} " for i in range(args.rounds)}
         taken = sum(1 for line in d.read_log().splitlines()
                     if "spare=yes" in line and any(n in line for n in fresh_names))
-        b, e, n, c = (statistics.median(x) for x in (bare_ms, existing_ms, new_ms, cold_ms))
+        b, e, n, c, w = (statistics.median(x) for x in (bare_ms, existing_ms, new_ms, cold_ms, bwrap_ms))
         print(f"rounds: {args.rounds} (medians; wall clock seen by the client)")
         print(f"bare python3 -c 'print(1)' on the host : {b:7.1f} ms")
-        print(f"API run, existing sandbox              : {e:7.1f} ms   ratio {e / b:4.2f}x (target <= 1.10x)")
-        print(f"API run, new sandbox (first run)       : {n:7.1f} ms   ratio {n / b:4.2f}x (target <= 1.30x)"
+        print(f"bwrap --unshare-all, image's python3   : {w:7.1f} ms   ratio {w / b:4.2f}x")
+        print(f"API run, existing sandbox              : {e:7.1f} ms   ratio {e / b:4.2f}x (target <= 1.05x)")
+        print(f"API run, new sandbox (first run)       : {n:7.1f} ms   ratio {n / b:4.2f}x (target <= 1.05x)"
               f"   [{taken} of {args.rounds} from a spare]")
-        print(f"API run, new sandbox, no spare (cold)  : {c:7.1f} ms   ratio {c / b:4.2f}x")
+        print(f"API run, new sandbox, no spare (cold)  : {c:7.1f} ms   ratio {c / b:4.2f}x (target <= 1.15x and "
+              f"< bwrap's {w / b:4.2f}x)")
         print(f"  of which the program itself (duration_ms, existing): {statistics.median(inside_ms):.1f} ms")
         if other:
             o = statistics.median(other_ms)
             paired = statistics.median(x - y for x, y in zip(existing_ms, other_ms))
             print(f"compare: existing here {e:.2f} ms, {args.compare_build_dir} {o:.2f} ms, ratio {e / o:5.3f}, "
                   f"paired difference {paired:+.2f} ms")
-        print(json.dumps({"bare_ms": round(b, 2), "existing_ms": round(e, 2), "new_ms": round(n, 2),
+            oc = statistics.median(other_cold_ms)
+            paired_c = statistics.median(x - y for x, y in zip(cold_ms, other_cold_ms))
+            print(f"compare: cold here {c:.2f} ms ({c / b:4.2f}x), {args.compare_build_dir} {oc:.2f} ms "
+                  f"({oc / b:4.2f}x), ratio {c / oc:5.3f}, paired difference {paired_c:+.2f} ms")
+        print(json.dumps({"bare_ms": round(b, 2), "bwrap_ms": round(w, 2), "ratio_bwrap": round(w / b, 3),
+                          "existing_ms": round(e, 2), "new_ms": round(n, 2),
                           "cold_ms": round(c, 2), "ratio_existing": round(e / b, 3), "ratio_new": round(n / b, 3),
                           "ratio_cold": round(c / b, 3), "new_from_spare": taken}))
 

@@ -6,8 +6,10 @@
 What it does, in one run against one private lensboxd (networking off, no spares):
   1. creates --sandboxes sandboxes, each with one 4 KiB file uploaded (PUT /v1/sandboxes/{name}, then
      PUT .../files/data.bin), timing each creation (PUT + upload) and the sustained rate over the whole batch;
-  2. starts --running of them with one `pass` run each and leaves them running idle, sampling the host memory they
-     cost every 20 sandboxes;
+  2. stops every sandbox the uploads left running (POST .../stop, untimed; max_running = --running + 8 evicted the
+     least recently used ones during step 1 already), lets the storages' flushers finish, then starts --running of
+     them with one `pass` run each and leaves them running idle, sampling the host memory they cost every 20
+     sandboxes against what the host used with none running;
   3. times GET /v1/sandboxes with every sandbox listed (median of 20), and a warm run in one of the idle sandboxes
      against a warm run measured in the same daemon before any other sandbox existed (median of 20 each).
 
@@ -70,7 +72,7 @@ def main():
     ap.add_argument("--plot", default=None)
     a = ap.parse_args()
     assert a.running <= a.sandboxes
-    settings = {"max_running": str(max(a.running + 8, 64)), "idle_minutes": "60", "keep_hours": "24",
+    settings = {"max_running": str(a.running + 8), "idle_minutes": "60", "keep_hours": "24",
                 "uid_range_count": str(max(10000, a.sandboxes + 100)), "spare_sandboxes": "0",
                 "max_connections": "64", "log_level": "warn"}
     with Daemon(settings=settings) as d:
@@ -95,6 +97,13 @@ def main():
             created_at.append(time.perf_counter() - t0)
         create_total = time.perf_counter() - t0
 
+        # None running: the memory baseline is taken against a host where no sandbox of this daemon runs.
+        for n in names + [base_name]:
+            s, body = d.request("POST", f"/v1/sandboxes/{n}/stop")
+            assert s == 200, (s, body)
+        s, body = d.request("GET", "/v1/health")
+        assert body["sandboxes"]["running"] == 0, body
+        time.sleep(2)  # the stopped storages' flushers finish
         m0, rss0 = meminfo(), rss(d.proc.pid)
         mem_samples = []
         for i, n in enumerate(names[:a.running]):

@@ -12,6 +12,10 @@ once in turn (so load from other work on a shared machine hits all of them alike
   new       lensbox-runner: start a sandbox (storage already exists, as for a returning conversation), exec
             python3 -c pass, stop it; the policy is loaded by the tool each time (as lensboxd would not), its
             seccomp BPF from the tool's cache in the run directory after the warm-up run
+  fresh     as new, but with a storage that does not exist yet (a new conversation's first start) and is removed
+            after the run: its image comes from the pool of pre-formatted images (runner/disk_pool.c), which the
+            tool's detached refiller tops up between rounds
+  fresh_mkfs  the same with --no-disk-pool: mke2fs formats the image on the critical path (the code before the pool)
   exec      one more exec in an already started sandbox: (T(--repeat K+1) - T(new)) / K, measured the same way, so
             it is the marginal cost of an exec as lensboxd pays it
   library   the same two from the tool's own timing_us (start + exec + stop; the later execs), without the tool's
@@ -19,7 +23,7 @@ once in turn (so load from other work on a shared machine hits all of them alike
 With --compare-build-dir, another build's lensbox-runner (e.g. the previous commit's) runs the same new and exec
 variants in the same rounds, so a change is measured before/after under the same load; the paired line gives the
 median of the per-round differences (a load swing between rounds cancels out of it).
-Targets (issue 3): new < 1.3x bare, exec < 1.1x bare. Runs as root. Standard library only.
+Targets (issue 3): new < 1.3x bare, exec < 1.1x bare; (issue 18) fresh <= 1.3x bare. Runs as root. Standard library only.
 """
 
 import argparse
@@ -106,9 +110,14 @@ def main():
             "new": lensbox + ["--", "python3", "-c", "pass"],
             "many": lensbox + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"],
         }
+        fresh = [a if a != storage else os.path.join(base, "fresh") for a in lensbox if a != "--keep"]
+        cmds["fresh"] = fresh + ["--", "python3", "-c", "pass"]
+        cmds["fresh_mkfs"] = fresh + ["--no-disk-pool", "--", "python3", "-c", "pass"]
         if other:
             cmds["new_o"] = lensbox_o + ["--", "python3", "-c", "pass"]
             cmds["many_o"] = lensbox_o + ["--repeat", str(k + 1), "--", "python3", "-c", "pass"]
+            fresh_o = [a if a != storage + "-o" else os.path.join(base, "fresh-o") for a in lensbox_o if a != "--keep"]
+            cmds["fresh_o"] = fresh_o + ["--", "python3", "-c", "pass"]
         for cmd in cmds.values():  # warm-up
             timed(cmd)
         wall = {name: [] for name in cmds}
@@ -148,6 +157,10 @@ def main():
               "(start + exec + stop inside the tool)")
         print(f"  lensbox first result, library  {first_lib:8.2f}   ratio {first_lib / bare:5.2f}x bare   "
               "(start + exec: what a new conversation waits for; lensboxd stops sandboxes later)")
+        print(f"  lensbox new, fresh storage     {med['fresh']:8.2f}   ratio {med['fresh'] / bare:5.2f}x bare   "
+              "(target <= 1.30x; image from the pool)")
+        print(f"  lensbox new, fresh, mke2fs     {med['fresh_mkfs']:8.2f}   ratio {med['fresh_mkfs'] / bare:5.2f}x bare   "
+              "(--no-disk-pool: formatted on the critical path)")
         print(f"  lensbox exec, tool marginal    {exec_ms:8.2f}   ratio {exec_ms / bare:5.2f}x bare   (target < 1.10x)")
         print(f"  lensbox exec, library          {exec_lib:8.2f}   ratio {exec_lib / bare:5.2f}x bare")
         m = statistics.median
@@ -162,6 +175,8 @@ def main():
                   f"(this build {new_lib / m(lib_o['new']):5.2f}x of it)")
             print(f"  first result, library  {m(lib_o['first']):8.2f}   ratio {m(lib_o['first']) / bare:5.2f}x bare   "
                   f"(this build {first_lib / m(lib_o['first']):5.2f}x of it)")
+            print(f"  new, fresh storage     {med['fresh_o']:8.2f}   ratio {med['fresh_o'] / bare:5.2f}x bare   "
+                  f"(this build {med['fresh'] / med['fresh_o']:5.2f}x of it)")
             print(f"  exec, tool marginal    {exec_o:8.2f}   ratio {exec_o / bare:5.2f}x bare")
             print(f"  exec, library          {m(lib_o['exec']):8.2f}   ratio {m(lib_o['exec']) / bare:5.2f}x bare")
             print(f"  phases (library)       start {m(lib_o['start']):.2f}  first exec {m(lib_o['exec1']):.2f}  "
@@ -172,9 +187,13 @@ def main():
             print(f"  paired, median of this build - other per round (ms): new sandbox, tool "
                   f"{paired(wall['new'], wall['new_o']):+.2f}  start {paired(lib_t['start'], lib_o['start']):+.2f}  "
                   f"first exec {paired(lib_t['exec1'], lib_o['exec1']):+.2f}  "
-                  f"stop {paired(lib_t['stop'], lib_o['stop']):+.2f}")
+                  f"stop {paired(lib_t['stop'], lib_o['stop']):+.2f}  fresh storage, tool "
+                  f"{paired(wall['fresh'], wall['fresh_o']):+.2f}")
         print(json.dumps({"bare_ms": round(bare, 3), "chroot_ms": round(chroot, 3), "bwrap_ms": round(bw, 3),
                           "new_ms": round(new, 3),
+                          "fresh_ms": round(med["fresh"], 3), "fresh_mkfs_ms": round(med["fresh_mkfs"], 3),
+                          "ratio_fresh": round(med["fresh"] / bare, 3),
+                          "ratio_fresh_mkfs": round(med["fresh_mkfs"] / bare, 3),
                           "new_library_ms": round(new_lib, 3), "first_result_library_ms": round(first_lib, 3),
                           "exec_ms": round(exec_ms, 3),
                           "exec_library_ms": round(exec_lib, 3), "ratio_bwrap": round(bw / bare, 3),

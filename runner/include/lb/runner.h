@@ -74,6 +74,9 @@ struct lb_sandbox_spec {
 	const char *name;    /* ^[a-z0-9][a-z0-9._-]{0,62}$, names the cgroup, the mount and the run dir */
 	const char *rootfs;  /* unpacked image root, read-only and shared */
 	const char *storage; /* the sandbox's own persistent directory (holds its disk image) */
+	/* Storage images formatted ahead of time: root's own 0700 directory on the storage's filesystem, made if
+	 * missing (runner/disk_pool.c). NULL or "": none, a new storage is formatted by mke2fs when first started. */
+	const char *disk_pool;
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;

@@ -1,0 +1,283 @@
+/*
+ * disk_pool.c — storage images formatted ahead of time, so a new sandbox's first start does not wait for mke2fs.
+ *
+ * Runs in the caller (root, host mount namespace: lensboxd with many threads, or lensbox-runner) and in one detached
+ * refiller process per refill. A new storage used to cost a fork+exec of mke2fs and its flushes to the host's disk
+ * on the critical path of the first start (10-40 ms on this 2-core host, more than the rest of the start). Now:
+ *
+ *   <pool>/<bytes>.<pid>-<n>.img   an empty ext4 image of exactly <bytes>, made by mke2fs, root directory 0:0 0755
+ *   <pool>/<bytes>.<pid>-<n>.new   one being made (only while a refiller holds <pool>/.lock)
+ *   <pool>/.lock                   flock'ed by the one refiller at work
+ *
+ * lb_disk_pool_take() renames one image of the right size into <storage>/disk.img: rename() is atomic, so two starts
+ * can never get the same image (the loser sees ENOENT and tries the next name), and a crash leaves the image either
+ * in the pool or in the storage, never half in both. The storage root's owner (the sandbox's host uid) is set at
+ * every mount by sandbox.c, as it was for images whose uid changed; lost+found is removed at the first mount, as for
+ * an image mke2fs just made. lb_disk_pool_refill() then starts, detached, a refiller that tops the pool up to
+ * LB_DISK_POOL_TARGET images of that size under the lock, a moment later and only with the CPU and disk time nothing
+ * else wants (SCHED_IDLE, the idle I/O class), so it takes no time from runs. Without an image of the right size (a
+ * pool not yet filled, a size not seen before, a pool on another filesystem than the storage: EXDEV), the caller
+ * formats as before: the pool only ever saves time.
+ *
+ * Where: lb_sandbox_spec.disk_pool names the pool (NULL or "": none, every new storage is formatted on the spot); it
+ * must be on the storage's filesystem (rename() cannot cross filesystems: -EXDEV, and the image is formatted on the
+ * spot). lensbox-runner uses <storage's parent>/.disk-pool unless told otherwise.
+ *
+ * Invariants: the pool directory is root's own and 0700 (checked before every use, never followed through a
+ * symlink), so no other user can plant an image that the kernel would then mount; only a refiller holding the lock
+ * writes .new files, so any .new file found under the lock is a dead refiller's and is removed; the pool holds only
+ * files this code made. Images of sizes no longer used stay (a few hundred KiB of host disk each, sparse).
+ *
+ * The refiller is forked from a possibly multithreaded process: everything it needs (names, argv, fds) is prepared
+ * before the fork, and it makes raw, async-signal-safe calls only (open, ftruncate, fork, execve, wait4, rename).
+ */
+/* Paths built here come from bounded parts (the pool path checked against PATH_MAX, numeric names). */
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+
+#include "internal.h"
+
+#include "lb/cleanup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL_NAME_MAX 64
+/* The refiller waits this long before its first mke2fs: the start that took an image, and most first runs, are then
+ * done. */
+#define REFILL_DELAY_NS 100000000L
+/* ioprio_set(2)'s idle class, for the refiller and its mke2fs (no glibc wrapper). */
+#define IOPRIO_WHO_PROCESS 1
+#define IOPRIO_CLASS_IDLE  3
+#define IOPRIO_CLASS_SHIFT 13
+
+/* Opens the pool directory, creating it if asked; -EPERM unless it is root's own (our euid's) and 0700: an image
+ * found in a directory anyone else can write to could be crafted, and the kernel would mount it. */
+static int pool_open(const char *pool, bool create)
+{
+	if (create && mkdir(pool, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	int fd = open(pool, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 077)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
+/* Whether name is <bytes>.<anything>.<suffix> for these bytes. */
+static bool pool_name_is(const char *name, const char *prefix, const char *suffix)
+{
+	size_t n = strlen(name), p = strlen(prefix), s = strlen(suffix);
+	return n > p + s && strncmp(name, prefix, p) == 0 && strcmp(name + n - s, suffix) == 0;
+}
+
+int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
+{
+	_cleanup_close_ int fd = pool_open(pool, false);
+	if (fd < 0)
+		return fd;
+	char prefix[32];
+	snprintf(prefix, sizeof(prefix), "%" PRIu64 ".", disk_bytes);
+	int dfd = dup(fd);
+	if (dfd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!pool_name_is(de->d_name, prefix, ".img"))
+			continue;
+		struct stat st;
+		if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+		    (uint64_t)st.st_size != disk_bytes)
+			continue;
+		/* Atomic: exactly one caller moves this image; the others find it gone (ENOENT) and try the next. */
+		if (renameat(fd, de->d_name, AT_FDCWD, img) == 0)
+			return 0;
+		if (errno != ENOENT)
+			return -errno; /* EXDEV: the pool is on another filesystem than the storage */
+	}
+	return -ENOENT;
+}
+
+/* What the refiller needs, all prepared before the fork. */
+struct refill {
+	int pool_fd, lock_fd, null_fd;
+	int n;
+	char tmp[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
+	char img[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
+	char path[LB_DISK_POOL_TARGET][POOL_NAME_MAX + 32]; /* the .new file for mke2fs: /proc/self/fd/<pool_fd>/... */
+	char *argv[LB_DISK_POOL_TARGET][12];
+	uint64_t bytes;
+};
+
+static char *const mke2fs_envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
+
+/* One image: the sized sparse file, mke2fs on it, then its final name. Raw calls only. */
+static bool refill_one(struct refill *r, int i)
+{
+	int fd = openat(r->pool_fd, r->tmp[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return false;
+	bool ok = ftruncate(fd, (off_t)r->bytes) == 0;
+	close(fd);
+	pid_t pid = ok ? fork() : -1;
+	if (pid == 0) {
+		dup2(r->null_fd, 0);
+		dup2(r->null_fd, 1);
+		dup2(r->null_fd, 2);
+		fcntl(r->pool_fd, F_SETFD, 0); /* mke2fs opens its image through /proc/self/fd/<pool_fd> */
+		execve("/usr/sbin/mke2fs", r->argv[i], mke2fs_envp);
+		execve("/sbin/mke2fs", r->argv[i], mke2fs_envp);
+		_exit(127);
+	}
+	int status = 0;
+	if (pid > 0)
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+	     renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
+	if (!ok)
+		unlinkat(r->pool_fd, r->tmp[i], 0);
+	return ok;
+}
+
+/* The refiller: a grandchild of the caller (its parent, sharing the caller's memory, exits at once, so nobody has
+ * to reap it). It holds the pool's lock (inherited) until it exits and no other descriptor of the caller. */
+static _Noreturn void refill_main(struct refill *r)
+{
+	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+	if (pid != 0)
+		_exit(pid < 0 ? 1 : 0);
+	int keep[3] = { r->pool_fd, r->lock_fd, r->null_fd };
+	for (int i = 1; i < 3; i++) /* sort the three */
+		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
+			int t = keep[j];
+			keep[j] = keep[j - 1];
+			keep[j - 1] = t;
+		}
+	unsigned from = 0;
+	for (int i = 0; i < 3; i++) {
+		if ((unsigned)keep[i] > from)
+			syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0u);
+		from = (unsigned)keep[i] + 1;
+	}
+	syscall(SYS_close_range, from, ~0u, 0u);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Only what the CPUs and the disk would otherwise leave idle: a refill never takes time from a run (under a
+	 * sustained load it waits, the pool empties, and new storages are formatted on the spot as before). */
+	struct sched_param sp = { 0 };
+	(void)sched_setscheduler(0, SCHED_IDLE, &sp);
+	(void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT);
+	struct timespec ts = { 0, REFILL_DELAY_NS };
+	nanosleep(&ts, NULL);
+	for (int i = 0; i < r->n; i++)
+		if (!refill_one(r, i))
+			break;
+	_exit(0);
+}
+
+static int refill_start(void *arg)
+{
+	refill_main(arg);
+}
+
+/* Under the lock: removes dead refillers' .new files and counts the ready images of this size. */
+static int pool_count(int fd, const char *prefix)
+{
+	int dfd = dup(fd);
+	if (dfd < 0)
+		return -errno;
+	_cleanup_closedir_ DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return -errno;
+	}
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len > 4 && strcmp(de->d_name + len - 4, ".new") == 0)
+			(void)unlinkat(fd, de->d_name, 0);
+		else if (pool_name_is(de->d_name, prefix, ".img"))
+			n++;
+	}
+	return n;
+}
+
+int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes)
+{
+	_cleanup_close_ int fd = pool_open(pool, true);
+	if (fd < 0)
+		return fd;
+	_cleanup_close_ int lock = openat(fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (lock < 0)
+		return -errno;
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? 0 : -errno; /* a refiller is at work already */
+	char prefix[32];
+	snprintf(prefix, sizeof(prefix), "%" PRIu64 ".", disk_bytes);
+	int have = pool_count(fd, prefix);
+	if (have < 0)
+		return have;
+	if (have >= LB_DISK_POOL_TARGET)
+		return 0;
+	_cleanup_close_ int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null_fd < 0)
+		return -errno;
+	struct refill rf = { .pool_fd = fd, .lock_fd = lock, .null_fd = null_fd, .bytes = disk_bytes };
+	struct refill *r = &rf;
+	static unsigned counter;
+	for (int i = 0; i < LB_DISK_POOL_TARGET - have; i++, r->n++) {
+		unsigned k = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+		snprintf(r->tmp[i], POOL_NAME_MAX, "%s%ld-%u.new", prefix, (long)getpid(), k);
+		snprintf(r->img[i], POOL_NAME_MAX, "%s%ld-%u.img", prefix, (long)getpid(), k);
+		/* The refiller inherits the pool's fd under the same number: the path never leaves the checked
+		 * directory. */
+		snprintf(r->path[i], sizeof(r->path[i]), "/proc/self/fd/%d/%s", fd, r->tmp[i]);
+		/* The root directory stays 0:0 0755 here; the first mount gives it to the sandbox's uid. -m 0: no
+		 * blocks reserved for root (there is no root inside); -F: it is a file, not a device. */
+		char *const argv[] = { "mke2fs",   "-q",   "-F",
+				       "-t",	   "ext4", "-m",
+				       "0",	   "-E",   "lazy_itable_init=1,lazy_journal_init=1",
+				       r->path[i], NULL };
+		memcpy(r->argv[i], argv, sizeof(argv));
+	}
+	/* The intermediate child borrows our memory (CLONE_VM, we are suspended until it exits, on a stack of its own
+	 * in this frame, signals blocked so no handler of ours runs in it); only the refiller's fork copies it. */
+	_Alignas(16) char stack[16384];
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid_t pid = clone(refill_start, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, r);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0)
+		return -errno;
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return r->n;
+}

@@ -1,0 +1,180 @@
+/* Unit tests for the pool of pre-formatted storage images (runner/disk_pool.c): a refill makes LB_DISK_POOL_TARGET
+ * ext4 images of the asked size in the background and only one refiller works at a time; a take moves exactly one
+ * image of exactly that size; a pool anyone else could write to, a pool reached through a symlink and a planted
+ * symlink in the pool are refused; a dead refiller's half-made image is removed. Runs as root (mke2fs). */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../../../runner/internal.h"
+
+#define SIZE ((uint64_t)16 << 20)
+
+static char dir[] = "/tmp/lb-disk-pool-XXXXXX";
+static char pool[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(pool, sizeof(pool), "%s/pool", dir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Entries of the pool ending in suffix. */
+static int count(const char *suffix)
+{
+	DIR *d = opendir(pool);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name), s = strlen(suffix);
+		n += len > s && strcmp(de->d_name + len - s, suffix) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+static bool wait_for_images(int want, int seconds)
+{
+	for (int i = 0; i < seconds * 20; i++) {
+		if (count(".img") >= want && count(".new") == 0)
+			return true;
+		struct timespec ts = { 0, 50000000L };
+		nanosleep(&ts, NULL);
+	}
+	return false;
+}
+
+static void refill_then_take(void **state)
+{
+	(void)state;
+	char img[512];
+	snprintf(img, sizeof(img), "%s/disk.img", dir);
+	assert_int_equal(lb_disk_pool_take(pool, SIZE, img), -ENOENT); /* no pool yet */
+
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE), LB_DISK_POOL_TARGET);
+	/* The first refiller holds the lock until it is done: a second one is not started. */
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0);
+	assert_true(wait_for_images(LB_DISK_POOL_TARGET, 30));
+	struct stat st;
+	assert_int_equal(stat(pool, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0700);
+
+	/* Another size: none. This size: one, moved, an ext4 filesystem of exactly that size. */
+	assert_int_equal(lb_disk_pool_take(pool, SIZE * 2, img), -ENOENT);
+	assert_int_equal(lb_disk_pool_take(pool, SIZE, img), 0);
+	assert_int_equal(count(".img"), LB_DISK_POOL_TARGET - 1);
+	assert_int_equal(stat(img, &st), 0);
+	assert_int_equal((uint64_t)st.st_size, SIZE);
+	int fd = open(img, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	struct lb_ext4_layout l;
+	assert_int_equal(lb_disk_ext4_layout(fd, &l), 0);
+	close(fd);
+
+	/* The refiller is gone (its lock free): a refill makes exactly the one missing image. */
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 1);
+	assert_true(wait_for_images(LB_DISK_POOL_TARGET, 30));
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0); /* full */
+}
+
+static void dead_refillers_leftovers_go(void **state)
+{
+	(void)state;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%llu.1-1.new", pool, (unsigned long long)SIZE);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0); /* full, and the .new is a dead refiller's */
+	assert_int_equal(access(path, F_OK), -1);
+	/* A half-made image is never taken: only .img names are. */
+	char img[512];
+	snprintf(img, sizeof(img), "%s/other.img", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)SIZE), 0);
+	close(fd);
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "mv %s/*.img %s/", pool, dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(lb_disk_pool_take(pool, SIZE, img), -ENOENT);
+	assert_int_equal(unlink(path), 0);
+}
+
+static void hostile_pools_are_refused(void **state)
+{
+	(void)state;
+	char img[512], p[512], link[512];
+	snprintf(img, sizeof(img), "%s/hostile.img", dir);
+	/* A pool others can write to: someone could have planted an image the kernel would mount. */
+	snprintf(p, sizeof(p), "%s/open-pool", dir);
+	assert_int_equal(mkdir(p, 0700), 0);
+	assert_int_equal(chmod(p, 0777), 0);
+	char planted[600];
+	snprintf(planted, sizeof(planted), "%s/%llu.9-9.img", p, (unsigned long long)SIZE);
+	int fd = open(planted, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)SIZE), 0);
+	close(fd);
+	assert_int_equal(lb_disk_pool_take(p, SIZE, img), -EPERM);
+	assert_int_equal(lb_disk_pool_refill(p, SIZE), -EPERM);
+	/* A pool owned by another user. */
+	assert_int_equal(chmod(p, 0700), 0);
+	assert_int_equal(chown(p, 65534, 65534), 0);
+	assert_int_equal(lb_disk_pool_take(p, SIZE, img), -EPERM);
+	assert_int_equal(chown(p, 0, 0), 0);
+	/* The pool reached through a symlink: not followed. */
+	snprintf(link, sizeof(link), "%s/link-pool", dir);
+	assert_int_equal(symlink(p, link), 0);
+	int r = lb_disk_pool_take(link, SIZE, img);
+	assert_true(r == -ELOOP || r == -ENOTDIR);
+	/* In a good pool, a symlink named like an image (to a file elsewhere) is not taken. */
+	assert_int_equal(unlink(planted), 0);
+	char target[512];
+	snprintf(target, sizeof(target), "%s/elsewhere", dir);
+	fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)SIZE), 0);
+	close(fd);
+	assert_int_equal(symlink(target, planted), 0);
+	assert_int_equal(lb_disk_pool_take(p, SIZE, img), -ENOENT);
+	assert_int_equal(access(img, F_OK), -1);
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "test_disk_pool: needs root (mke2fs, chown)\n");
+		return 1;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(refill_then_take),
+		cmocka_unit_test(dead_refillers_leftovers_go),
+		cmocka_unit_test(hostile_pools_are_refused),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
