@@ -91,6 +91,7 @@ struct init_args {
 	const struct lb_rootfs_plan
 	    *plan;	/* shared memory, written by the parent after the clone, read once released */
 	int release_fd; /* our end of a socketpair: one byte when the parent has mapped ids, the storage and the root */
+	int release_peer; /* the parent's end, which our copy must not keep open (its close is how we see it die) */
 	int report_fd;	/* write end, CLOEXEC */
 	int init_fd;	/* sealed memfd of lensbox-init, CLOEXEC */
 	int cg_fds[LB_CG_MAX_DIRS]; /* v1: the `init` leaf's tasks files, to join by writing "0" */
@@ -175,6 +176,11 @@ static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
 
 static _Noreturn void init_main(const struct init_args *a)
 {
+	/* Until released, the parent's end is ours to watch: if the caller (lensboxd) dies, the kernel kills us
+	 * (the parent-death signal: its thread waits for our release), and the release read sees the socket close
+	 * (we keep no copy of its end). Else this half-made init would outlive it, holding its descriptors. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	close(a->release_peer);
 	/* v1: join the `init` leaf first, in parallel with the parent writing our id maps. */
 	for (size_t i = 0; i < a->n_cg; i++) {
 		if (write(a->cg_fds[i], "0", 1) != 1) {
@@ -208,6 +214,8 @@ static _Noreturn void init_main(const struct init_args *a)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1); /* the parent gave up */
+	/* Released: from here we outlive the thread that made us (the sandbox is long-lived). */
+	prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
 	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
 	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
 	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
@@ -538,6 +546,7 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 		return lb_error_set(err, ENOMEM, "allocating the root plan");
 	struct init_args args = { .plan = s->plan,
 				  .release_fd = s->release[0],
+				  .release_peer = s->release[1],
 				  .report_fd = s->report[1],
 				  .init_fd = s->init_fd,
 				  .uid = sb->uid,
