@@ -13,12 +13,13 @@
  *   request.c     what a handler reads of its request: query-string arguments, percent-decoding
  *   routes.c      URL -> handler, name validation
  *   parse.c       yajl-based request validation (one object, known keys, types, the sandbox spec's ranges)
- *   priv.c        one request to the core: a channel handed over the control socket, the message, the reply
+ *   priv.c        one request to the core: on an idle channel or one newly handed over the control socket
  *   ask_*.c       one file per resource: the request checked and turned into its message
  */
 #ifndef LBD_API_H
 #define LBD_API_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,6 +34,7 @@
 #define LBD_API_LISTEN_FD  3 /* the API socket, listening */
 #define LBD_API_CONTROL_FD 4 /* SOCK_SEQPACKET to the core: LBP_CHANNEL messages go here */
 #define LBD_API_CONFIG_FD  5 /* a sealed memfd: the core's struct lbd_config */
+#define LBD_API_IDLE_CHANNELS 64 /* channels kept open for the next requests (the core allows as many) */
 
 struct lbd_api_metrics {
 	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
@@ -46,6 +48,9 @@ struct lbd_api {
 	int control_fd;
 	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
 	atomic_uint_fast64_t in_flight;	 /* requests waiting for the core's answer */
+	pthread_mutex_t channels_mu;	 /* guards the idle channels (priv.c) */
+	int idle_channels[LBD_API_IDLE_CHANNELS];
+	size_t n_idle;
 	struct lbd_api_metrics metrics;
 };
 

@@ -70,6 +70,7 @@ int lbd_api_main(void)
 		return EXIT_CANNOT_SERVE;
 	}
 	a.control_fd = LBD_API_CONTROL_FD;
+	pthread_mutex_init(&a.channels_mu, NULL);
 	lb_log_set_level(a.cfg.log_level);
 	prctl(PR_SET_NAME, "lensboxd-api", 0, 0, 0);
 	tzset(); /* the time zone is read now: no file can be opened once confined */

@@ -2,10 +2,12 @@
  * priv.c — the one way the API process asks the core for anything (OpenBSD's priv_* naming: the call that crosses
  * into the privileged process).
  *
- * Runs in the API process on connection threads. Each request gets a channel of its own: a fresh SOCK_SEQPACKET
- * pair, one end handed to the core on the control socket (LBP_CHANNEL), the request sent and the reply received on
- * the other, then closed. So requests never wait for each other here, a run that takes minutes holds only its own
- * channel, and a reply can never reach the wrong request. The reply is decoded by the same validating decoder the
+ * Runs in the API process on connection threads. Each request has a channel to itself while it runs: an idle one
+ * kept from an earlier request, or a fresh SOCK_SEQPACKET pair whose other end is handed to the core on the control
+ * socket (LBP_CHANNEL); the core serves each channel with a thread of its own. So requests never wait for each
+ * other here, a run that takes minutes holds only its own channel, and a reply can never reach the wrong request.
+ * After a clean answer the channel is kept (up to LBD_API_IDLE_CHANNELS) for the next request; after anything else
+ * it is closed. The reply is decoded by the same validating decoder the
  * core uses (proto.c); its body is passed on to the client as bytes, never parsed here.
  */
 #include <errno.h>
@@ -64,11 +66,56 @@ static void take_reply(struct lbp_msg *m, struct lbd_res *res)
 	res->status = (int)r->status;
 }
 
+/* An idle channel, or -1. */
+static int idle_channel(struct lbd_api *a)
+{
+	pthread_mutex_lock(&a->channels_mu);
+	int ch = a->n_idle ? a->idle_channels[--a->n_idle] : -1;
+	pthread_mutex_unlock(&a->channels_mu);
+	return ch;
+}
+
+/* Keeps a channel that just carried a clean answer for the next request, or closes it when enough are kept. */
+static void keep_channel(struct lbd_api *a, int ch)
+{
+	pthread_mutex_lock(&a->channels_mu);
+	if (a->n_idle < LBD_API_IDLE_CHANNELS) {
+		a->idle_channels[a->n_idle++] = ch;
+		ch = -1;
+	}
+	pthread_mutex_unlock(&a->channels_mu);
+	if (ch >= 0)
+		close(ch);
+}
+
+/* Sends the request on a channel: an idle one first; when that one turns out closed (the send fails, so the core
+ * never saw the request), a new one. The channel, or -errno. */
+static int send_request(struct lbd_api *a, uint16_t type, const void *payload, size_t len, int fd)
+{
+	const int *fds = fd >= 0 ? &fd : NULL;
+	size_t nfds = fd >= 0 ? 1 : 0;
+	int ch = idle_channel(a);
+	if (ch >= 0) {
+		if (lbp_send(ch, type, payload, len, fds, nfds) == 0)
+			return ch;
+		close(ch);
+	}
+	ch = open_channel(a);
+	if (ch < 0)
+		return ch;
+	int r = lbp_send(ch, type, payload, len, fds, nfds);
+	if (r < 0) {
+		close(ch);
+		return r;
+	}
+	return ch;
+}
+
 void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res)
 {
 	struct lbd_api *a = req->a;
 	atomic_fetch_add(&a->in_flight, 1);
-	_cleanup_close_ int ch = open_channel(a);
+	int ch = send_request(a, type, payload, len, fd);
 	if (ch < 0) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core cannot be reached (%s); it is restarting or has stopped.",
@@ -76,7 +123,7 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 		atomic_fetch_sub(&a->in_flight, 1);
 		return;
 	}
-	int r = lbp_send(ch, type, payload, len, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+	int r = 0;
 	struct lbp_msg *m = r == 0 ? malloc(sizeof(*m)) : NULL;
 	if (r == 0 && !m)
 		r = -ENOMEM;
@@ -89,6 +136,8 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 	if (r == 0) {
 		take_reply(m, res);
 		lbp_msg_clear(m);
+		keep_channel(a, ch);
+		ch = -1;
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");
@@ -96,5 +145,7 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.", strerror(-r));
 	}
 	free(m);
+	if (ch >= 0)
+		close(ch);
 	atomic_fetch_sub(&a->in_flight, 1);
 }

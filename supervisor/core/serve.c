@@ -4,16 +4,18 @@
  *
  * Runs in the core (root). The API process (unprivileged, and to be treated as compromised) sends one LBP_CHANNEL
  * message per request on the control socket; it carries one end of a fresh SOCK_SEQPACKET pair. A thread then reads
- * exactly one request message on that channel, answers it with one LBP_REPLY and closes it.
+ * request messages on that channel one at a time and answers each with one LBP_REPLY, until the API process closes
+ * it (it keeps a few idle channels for its next requests).
  *
  * Invariants:
  *   - Every message goes through lbp_recv (proto.c), which checks layout, grammar, ranges and descriptors before a
  *     field is read; do_*.c checks again what depends on the core's state. A message refused is logged, counted
  *     (lensbox_core_messages_refused_total) and answered 400 bad_message where there is a channel to answer on; it
  *     never ends the loop: the core keeps serving the requests that are well formed.
- *   - Bounded: at most LBD_CHANNELS_MAX channels are served at once (more are closed unanswered, counted), and a
- *     channel that sends no request within LBD_CHANNEL_WAIT_S seconds is closed, so a flood of channels or a silent
- *     one costs the core a bounded number of threads and descriptors.
+ *   - Bounded: at most max_connections + LBD_CHANNELS_IDLE channels are open at once (more are closed unanswered,
+ *     counted), and a channel that sends no first request within LBD_CHANNEL_WAIT_S seconds is closed, so a flood
+ *     of channels or a silent one costs the core a bounded number of threads and descriptors. A malformed message
+ *     closes its channel.
  *   - On the control socket only LBP_CHANNEL is accepted; on a channel only request types (never LBP_CHANNEL or
  *     LBP_REPLY).
  */
@@ -31,7 +33,7 @@
 #include "lb/cleanup.h"
 #include "lb/log.h"
 
-#define LBD_CHANNELS_MAX   1024 /* above max_connections' default and its documented use */
+#define LBD_CHANNELS_IDLE  64 /* the API process keeps at most this many idle channels (api/priv.c) */
 #define LBD_CHANNEL_WAIT_S 30
 
 static const lbd_do_fn handlers[LBP_TYPE_END] = {
@@ -85,17 +87,14 @@ static void reply(int fd, struct lbd_res *res)
 		lb_debug("component=core", "the reply could not be sent: %s", strerror(-r));
 }
 
-static void serve_channel(struct lbd *d, int fd)
+/* Serves one request on the channel: 1 when it was answered and the channel goes on, 0 when the API process closed
+ * it (or sent nothing in time), -1 when the message was refused (answered 400; the channel is then closed). */
+static int serve_request(struct lbd *d, int fd, struct lbp_msg *m)
 {
 	struct lbd_res res = { .fd = -1 };
-	struct lbp_msg *m = malloc(sizeof(*m));
-	if (!m)
-		return;
 	int r = lbp_recv(fd, m);
-	if (r == -ENODATA || r == -EAGAIN || r == -EWOULDBLOCK) {
-		free(m); /* the API process closed it, or sent nothing in time */
-		return;
-	}
+	if (r == -ENODATA || r == -EAGAIN || r == -EWOULDBLOCK || r == -ECONNRESET)
+		return 0;
 	if (r == 0 && !handlers[m->hdr.type]) {
 		lbp_msg_clear(m);
 		r = -EBADMSG;
@@ -109,17 +108,26 @@ static void serve_channel(struct lbd *d, int fd)
 		if (res.status == 0)
 			lbd_res_error(&res, 500, "internal", "The core produced no answer (a bug).");
 	}
-	free(m);
 	reply(fd, &res);
 	free(res.body);
 	if (res.fd >= 0)
 		close(res.fd);
+	return r < 0 ? -1 : 1;
 }
 
+/* A channel serves its requests one after another until the API process closes it: the API process keeps idle
+ * channels for its next requests, so a request costs no new channel and no new thread. Only the first request has
+ * a deadline (a channel opened and never used is closed); after it, the channel may wait idle. */
 static void *channel_thread(void *arg)
 {
 	struct channel *c = arg;
-	serve_channel(c->d, c->fd);
+	struct lbp_msg *m = malloc(sizeof(*m));
+	for (bool first = true; m && serve_request(c->d, c->fd, m) > 0; first = false)
+		if (first) {
+			struct timeval none = { 0 };
+			setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
+		}
+	free(m);
 	close(c->fd);
 	atomic_fetch_sub(&c->d->metrics.channels, 1);
 	free(c);
@@ -129,7 +137,7 @@ static void *channel_thread(void *arg)
 /* Starts a detached thread for the channel fd (taken over: closed on failure). */
 static void start_channel(struct lbd *d, int fd)
 {
-	if (atomic_fetch_add(&d->metrics.channels, 1) >= LBD_CHANNELS_MAX) {
+	if (atomic_fetch_add(&d->metrics.channels, 1) >= (uint64_t)d->cfg.max_connections + LBD_CHANNELS_IDLE) {
 		atomic_fetch_sub(&d->metrics.channels, 1);
 		refused(d, "control socket (too many channels at once)", -EBUSY);
 		close(fd);

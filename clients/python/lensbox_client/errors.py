@@ -81,6 +81,12 @@ class InvalidQuery(SandboxError):
     code_name = "invalid_query"
 
 
+class BadMessage(SandboxError):
+    """lensboxd's core refused what its API process sent: a bug in lensboxd, or a compromised API process."""
+
+    code_name = "bad_message"
+
+
 # 403
 class Forbidden(SandboxError):
     code_name = "forbidden"
@@ -185,6 +191,12 @@ class Busy(SandboxError):
     code_name = "busy"
 
 
+class CoreUnavailable(SandboxError):
+    """lensboxd's core is restarting or stopped; a request that was sent may or may not have been done."""
+
+    code_name = "core_unavailable"
+
+
 # 502
 class RegistryError(SandboxError):
     code_name = "registry_error"
@@ -192,6 +204,10 @@ class RegistryError(SandboxError):
 
 class PullFailed(SandboxError):
     code_name = "pull_failed"
+
+
+class CoreError(SandboxError):
+    code_name = "core_error"
 
 
 # 500
