@@ -63,7 +63,7 @@ static void exec_child(const struct lbd_api_proc *p, int listen_fd, int control_
 			_exit(127);
 	/* The binary at the next number, close-on-exec: execveat() runs it and the new program does not keep it. */
 	const int exe = LBD_API_CONFIG_FD + 1;
-	if (dup3(fds[3], exe, O_CLOEXEC) < 0 || close_range(exe + 1, ~0U, 0) < 0)
+	if (dup3(fds[3], exe, O_CLOEXEC) < 0 || close_range((unsigned)exe + 1, ~0U, 0) < 0)
 		_exit(127);
 	sigset_t none;
 	sigemptyset(&none);
