@@ -92,8 +92,8 @@ struct init_args {
 	    *plan;	/* shared memory, written by the parent after the clone, read once released */
 	int release_fd; /* our end of a socketpair: one byte when the parent has mapped ids, the storage and the root */
 	int release_peer; /* the parent's end, which our copy must not keep open (its close is how we see it die) */
-	int report_fd;	/* write end, CLOEXEC */
-	int init_fd;	/* sealed memfd of lensbox-init, CLOEXEC */
+	int report_fd;	  /* write end, CLOEXEC */
+	int init_fd;	  /* sealed memfd of lensbox-init, CLOEXEC */
 	int cg_fds[LB_CG_MAX_DIRS]; /* v1: the `init` leaf's tasks files, to join by writing "0" */
 	size_t n_cg;
 	char report_fd_arg[16];

@@ -31,9 +31,9 @@
 #include "proto.h"
 
 /* The descriptors the core hands the API process at exec (core/api_proc.c). */
-#define LBD_API_LISTEN_FD  3 /* the API socket, listening */
-#define LBD_API_CONTROL_FD 4 /* SOCK_SEQPACKET to the core: LBP_CHANNEL messages go here */
-#define LBD_API_CONFIG_FD  5 /* a sealed memfd: the core's struct lbd_config */
+#define LBD_API_LISTEN_FD     3	 /* the API socket, listening */
+#define LBD_API_CONTROL_FD    4	 /* SOCK_SEQPACKET to the core: LBP_CHANNEL messages go here */
+#define LBD_API_CONFIG_FD     5	 /* a sealed memfd: the core's struct lbd_config */
 #define LBD_API_IDLE_CHANNELS 64 /* channels kept open for the next requests (the core allows as many) */
 
 struct lbd_api_metrics {
