@@ -41,7 +41,6 @@ void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint
 {
 	const struct lb_limits_policy *lp = &d->policy->limits;
 	*ret = (struct lb_sandbox_spec){
-		.disk_pool = d->disk_pool,
 		.name = key,
 		.hostname = LBD_SANDBOX_HOSTNAME,
 		.rootfs = img->info->rootfs,
