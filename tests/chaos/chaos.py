@@ -266,12 +266,12 @@ class Workload:
                     want = self.files.get((n, path))
                 if st == 200 and want and sha(data) != want:
                     self.unexplained.append(f"GET {n}/{path}: checksum differs from the acknowledged upload")
-                elif st not in (200, 404):
-                    self.unexplained.append(f"GET file -> {st}")
+                elif st not in (200, 404) and (st, _code(_json(data))) not in OVERLOAD:
+                    self.unexplained.append(f"GET file -> {st} {data[:200]!r}")
         elif op in ("list", "ls"):
             path = "/v1/sandboxes" if op == "list" else f"/v1/sandboxes/{n}/files?path=chaos"
             st, body = d.request("GET", path, timeout=60)
-            if st not in (200, 404):
+            if st not in (200, 404) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"GET {path} -> {st} {body}")
         elif op in ("run_py", "run_bash"):
             lang, src = ("python", "print(sum(range(1000)))") if op == "run_py" else ("bash", "echo $((6*7))")
@@ -283,7 +283,7 @@ class Workload:
                 self.unexplained.append(f"run -> {st} {body}")
         elif op == "stop":
             st, body = d.request("POST", f"/v1/sandboxes/{n}/stop", timeout=60)
-            if st not in (200, 204, 404):
+            if st not in (200, 204, 404) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"stop -> {st} {body}")
         elif op == "delete":
             with self.lock:
@@ -294,8 +294,8 @@ class Workload:
                     self.files = {k: v for k, v in self.files.items() if k[0] != n}
                     self.deleted_at[n] = time.monotonic()
                     self.uncertain.discard(n)
-            else:
-                self.unexplained.append(f"DELETE -> {st} {body}")
+            elif (st, _code(body)) not in OVERLOAD:
+                self.unexplained.append(f"DELETE -> {st} {body}")  # an explained refusal leaves it uncertain
         elif op == "tier":
             st, body = d.request("PUT", f"/v1/sandboxes/{n}", {"network": random.choice(self.tiers)}, timeout=120)
             if st not in (200, 201) and (st, _code(body)) not in OVERLOAD:
@@ -315,6 +315,13 @@ class Workload:
             t.start()
         time.sleep(kill_after)
         return ts
+
+
+def _json(data):
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _code(body):
