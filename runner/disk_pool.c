@@ -28,8 +28,13 @@
  * writes .new files, so any .new file found under the lock is a dead refiller's and is removed; the pool holds only
  * files this code made. Images of sizes no longer used stay (a few hundred KiB of host disk each, sparse).
  *
+ * A refiller outlives its caller (lensbox-runner exits long before mke2fs is done) unless the caller asks for it to be
+ * bound (lensboxd): then it watches a pidfd of the caller and, when the caller ends, kills its mke2fs, removes the
+ * .new file and exits at once, so a killed lensboxd leaves no process of its own behind.
+ *
  * The refiller is forked from a possibly multithreaded process: everything it needs (names, argv, fds) is prepared
- * before the fork, and it makes raw, async-signal-safe calls only (open, ftruncate, fork, execve, wait4, rename).
+ * before the fork, and it makes raw, async-signal-safe calls only (open, ftruncate, raw clone, execve, poll, wait4,
+ * rename).
  */
 /* Paths built here come from bounded parts (the pool path checked against PATH_MAX, numeric names). */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -43,6 +48,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -50,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -125,6 +132,7 @@ int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
 /* What the refiller needs, all prepared before the fork. */
 struct refill {
 	int pool_fd, lock_fd, null_fd;
+	int caller_fd; /* a pidfd of the caller when the refill ends with it, else -1 */
 	int n;
 	char tmp[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
 	char img[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
@@ -135,6 +143,21 @@ struct refill {
 
 static char *const mke2fs_envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
 
+/* Waits for the refiller's child pid to end, or the caller to: true when the caller ended first. */
+static bool caller_ended(struct refill *r, pid_t pid)
+{
+	int child = (int)syscall(SYS_pidfd_open, pid, 0u);
+	if (child < 0)
+		return false; /* cannot watch the child: wait for it alone, as a detached refill does */
+	struct pollfd p[2] = { { .fd = child, .events = POLLIN }, { .fd = r->caller_fd, .events = POLLIN } };
+	int n;
+	do
+		n = poll(p, 2, -1);
+	while (n < 0 && errno == EINTR);
+	close(child);
+	return n > 0 && (p[1].revents & POLLIN) && !(p[0].revents & POLLIN);
+}
+
 /* One image: the sized sparse file, mke2fs on it, then its final name. Raw calls only. */
 static bool refill_one(struct refill *r, int i)
 {
@@ -143,8 +166,12 @@ static bool refill_one(struct refill *r, int i)
 		return false;
 	bool ok = ftruncate(fd, (off_t)r->bytes) == 0;
 	close(fd);
-	pid_t pid = ok ? fork() : -1;
+	/* Not glibc's fork(): its atfork handlers take malloc's and other locks, which another thread of the caller may
+	 * have held at the instant this process was copied, and would wait for them forever. */
+	pid_t pid = ok ? (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) : -1;
 	if (pid == 0) {
+		/* a refiller that ends (its caller gone) takes its mke2fs with it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(r->null_fd, 0);
 		dup2(r->null_fd, 1);
 		dup2(r->null_fd, 2);
@@ -154,10 +181,14 @@ static bool refill_one(struct refill *r, int i)
 		_exit(127);
 	}
 	int status = 0;
+	if (pid > 0 && r->caller_fd >= 0 && caller_ended(r, pid)) {
+		kill(pid, SIGKILL);
+		ok = false;
+	}
 	if (pid > 0)
 		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 			;
-	ok = pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+	ok = ok && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
 	     renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
 	if (!ok)
 		unlinkat(r->pool_fd, r->tmp[i], 0);
@@ -171,15 +202,17 @@ static _Noreturn void refill_main(struct refill *r)
 	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
 	if (pid != 0)
 		_exit(pid < 0 ? 1 : 0);
-	int keep[3] = { r->pool_fd, r->lock_fd, r->null_fd };
-	for (int i = 1; i < 3; i++) /* sort the three */
+	int keep[4] = { r->pool_fd, r->lock_fd, r->null_fd, r->caller_fd }; /* caller_fd may be -1: sorts first */
+	for (int i = 1; i < 4; i++)					    /* sort the four */
 		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
 			int t = keep[j];
 			keep[j] = keep[j - 1];
 			keep[j - 1] = t;
 		}
 	unsigned from = 0;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
+		if (keep[i] < 0)
+			continue;
 		if ((unsigned)keep[i] > from)
 			syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0u);
 		from = (unsigned)keep[i] + 1;
@@ -193,8 +226,15 @@ static _Noreturn void refill_main(struct refill *r)
 	struct sched_param sp = { 0 };
 	(void)sched_setscheduler(0, SCHED_IDLE, &sp);
 	(void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE << IOPRIO_CLASS_SHIFT);
-	struct timespec ts = { 0, REFILL_DELAY_NS };
-	nanosleep(&ts, NULL);
+	if (r->caller_fd >= 0) {
+		/* a moment later, unless the caller is gone by then */
+		struct pollfd p = { .fd = r->caller_fd, .events = POLLIN };
+		if (poll(&p, 1, REFILL_DELAY_NS / 1000000) != 0)
+			_exit(0);
+	} else {
+		struct timespec ts = { 0, REFILL_DELAY_NS };
+		nanosleep(&ts, NULL);
+	}
 	for (int i = 0; i < r->n; i++)
 		if (!refill_one(r, i))
 			break;
@@ -229,7 +269,7 @@ static int pool_count(int fd, const char *prefix)
 	return n;
 }
 
-int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes)
+int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound)
 {
 	_cleanup_close_ int fd = pool_open(pool, true);
 	if (fd < 0)
@@ -249,7 +289,13 @@ int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes)
 	_cleanup_close_ int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null_fd < 0)
 		return -errno;
-	struct refill rf = { .pool_fd = fd, .lock_fd = lock, .null_fd = null_fd, .bytes = disk_bytes };
+	/* pidfd_open's descriptor is close-on-exec: mke2fs never holds it */
+	_cleanup_close_ int caller_fd = bound ? (int)syscall(SYS_pidfd_open, getpid(), 0u) : -1;
+	if (bound && caller_fd < 0)
+		return -errno;
+	struct refill rf = {
+		.pool_fd = fd, .lock_fd = lock, .null_fd = null_fd, .caller_fd = caller_fd, .bytes = disk_bytes
+	};
 	struct refill *r = &rf;
 	static unsigned counter;
 	for (int i = 0; i < LB_DISK_POOL_TARGET - have; i++, r->n++) {

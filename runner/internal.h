@@ -102,8 +102,9 @@ int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret);
  * the pool is not root's own 0700 directory, -EXDEV when it is on another filesystem than img. */
 int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img);
 /* Starts a detached refiller that tops the pool up to LB_DISK_POOL_TARGET images of disk_bytes, unless one is at
- * work already; returns how many it will make (0: none needed or another refiller holds the lock) or -errno. */
-int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes);
+ * work already; returns how many it will make (0: none needed or another refiller holds the lock) or -errno. bound:
+ * the refiller stops (nothing half-made left) as soon as the calling process ends. */
+int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):

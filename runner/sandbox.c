@@ -647,7 +647,7 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	 * root and we would only wait. A refill that cannot start costs the next new sandbox its mke2fs, nothing more.
 	 */
 	if (s->refill)
-		(void)lb_disk_pool_refill(s->pool, s->disk_bytes);
+		(void)lb_disk_pool_refill(s->pool, s->disk_bytes, s->spec->disk_pool_bound);
 	struct lb_child_report rep;
 	for (;;) {
 		ssize_t n;

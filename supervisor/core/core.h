@@ -61,6 +61,8 @@ struct lbd {
 	char policy_error[1024];
 	struct lb_host_facts host; /* measured once at start */
 	struct lb_store *store;
+	char
+	    disk_pool[300]; /* <state_dir>/disk-pool: pre-formatted storage images (runner/disk_pool.c), set at start */
 	struct lb_images *images; /* NULL when the store could not be opened: runs get 503 image_unavailable */
 	pthread_mutex_t images_mu;
 

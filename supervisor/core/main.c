@@ -251,6 +251,8 @@ static int open_state(struct lbd *d)
 		lb_error(NULL, "creating the state directory %s: %s", d->cfg.state_dir, strerror(-r));
 		return 1;
 	}
+	/* Outside sandboxes/, which holds only sandboxes' storage; the runner makes it (root, 0700) when missing. */
+	snprintf(d->disk_pool, sizeof(d->disk_pool), "%s/disk-pool", d->cfg.state_dir);
 	r = lb_mkdir_p(d->cfg.run_dir, 0700);
 	if (r < 0) {
 		lb_error(NULL, "creating the run directory %s: %s", d->cfg.run_dir, strerror(-r));

@@ -77,6 +77,9 @@ struct lb_sandbox_spec {
 	/* Storage images formatted ahead of time: root's own 0700 directory on the storage's filesystem, made if
 	 * missing (runner/disk_pool.c). NULL or "": none, a new storage is formatted by mke2fs when first started. */
 	const char *disk_pool;
+	/* The pool's refiller ends with the process that started it (lensboxd: a killed daemon leaves nothing running);
+	 * false lets it finish after the caller exits (lensbox-runner). */
+	bool disk_pool_bound;
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;

@@ -1,7 +1,8 @@
 /* Unit tests for the pool of pre-formatted storage images (runner/disk_pool.c): a refill makes LB_DISK_POOL_TARGET
  * ext4 images of the asked size in the background and only one refiller works at a time; a take moves exactly one
  * image of exactly that size; a pool anyone else could write to, a pool reached through a symlink and a planted
- * symlink in the pool are refused; a dead refiller's half-made image is removed. Runs as root (mke2fs). */
+ * symlink in the pool are refused; a dead refiller's half-made image is removed; a refiller bound to its caller
+ * (lensboxd's) ends with it, leaving no half-made image and the lock free. Runs as root (mke2fs). */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -12,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -75,9 +78,9 @@ static void refill_then_take(void **state)
 	snprintf(img, sizeof(img), "%s/disk.img", dir);
 	assert_int_equal(lb_disk_pool_take(pool, SIZE, img), -ENOENT); /* no pool yet */
 
-	assert_int_equal(lb_disk_pool_refill(pool, SIZE), LB_DISK_POOL_TARGET);
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), LB_DISK_POOL_TARGET);
 	/* The first refiller holds the lock until it is done: a second one is not started. */
-	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0);
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 0);
 	assert_true(wait_for_images(LB_DISK_POOL_TARGET, 30));
 	struct stat st;
 	assert_int_equal(stat(pool, &st), 0);
@@ -96,9 +99,9 @@ static void refill_then_take(void **state)
 	close(fd);
 
 	/* The refiller is gone (its lock free): a refill makes exactly the one missing image. */
-	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 1);
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 1);
 	assert_true(wait_for_images(LB_DISK_POOL_TARGET, 30));
-	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0); /* full */
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 0); /* full */
 }
 
 static void dead_refillers_leftovers_go(void **state)
@@ -109,7 +112,7 @@ static void dead_refillers_leftovers_go(void **state)
 	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	assert_true(fd >= 0);
 	close(fd);
-	assert_int_equal(lb_disk_pool_refill(pool, SIZE), 0); /* full, and the .new is a dead refiller's */
+	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 0); /* full, and the .new is a dead refiller's */
 	assert_int_equal(access(path, F_OK), -1);
 	/* A half-made image is never taken: only .img names are. */
 	char img[512];
@@ -141,7 +144,7 @@ static void hostile_pools_are_refused(void **state)
 	assert_int_equal(ftruncate(fd, (off_t)SIZE), 0);
 	close(fd);
 	assert_int_equal(lb_disk_pool_take(p, SIZE, img), -EPERM);
-	assert_int_equal(lb_disk_pool_refill(p, SIZE), -EPERM);
+	assert_int_equal(lb_disk_pool_refill(p, SIZE, false), -EPERM);
 	/* A pool owned by another user. */
 	assert_int_equal(chmod(p, 0700), 0);
 	assert_int_equal(chown(p, 65534, 65534), 0);
@@ -165,6 +168,35 @@ static void hostile_pools_are_refused(void **state)
 	assert_int_equal(access(img, F_OK), -1);
 }
 
+/* A caller that exits at once: its bound refiller gives up before its first mke2fs is done, and releases the lock. */
+static void bound_refill_ends_with_its_caller(void **state)
+{
+	(void)state;
+	snprintf(pool, sizeof(pool), "%s/pool-bound", dir);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(lb_disk_pool_refill(pool, SIZE, true) == LB_DISK_POOL_TARGET ? 0 : 1);
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	char lock[300];
+	snprintf(lock, sizeof(lock), "%s/.lock", pool);
+	int fd = open(lock, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	bool free = false;
+	for (int i = 0; i < 60 && !free; i++) { /* 3 s: the refiller polls its caller's pidfd, it ends in ~0 s */
+		free = flock(fd, LOCK_EX | LOCK_NB) == 0;
+		struct timespec ts = { 0, 50000000L };
+		if (!free)
+			nanosleep(&ts, NULL);
+	}
+	close(fd);
+	assert_true(free);
+	assert_int_equal(count(".new"), 0);
+	assert_true(count(".img") < LB_DISK_POOL_TARGET);
+}
+
 int main(void)
 {
 	if (geteuid() != 0) {
@@ -175,6 +207,7 @@ int main(void)
 		cmocka_unit_test(refill_then_take),
 		cmocka_unit_test(dead_refillers_leftovers_go),
 		cmocka_unit_test(hostile_pools_are_refused),
+		cmocka_unit_test(bound_refill_ends_with_its_caller),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
