@@ -91,7 +91,7 @@ static const char *const MIGRATIONS[] = {
 	"CREATE INDEX runs_by_time ON runs (started_at_ms DESC, id DESC);"
 	"CREATE INDEX sandboxes_by_use ON sandboxes (last_used_at_ms);",
 	/* 2 -> 3: run figures kept as counters, so /metrics and /v1/health read ~150 rows instead of scanning the
-	 * ledger under the store lock. Indexes are enum lb_run_language, enum lb_run_outcome and the bucket of
+	 * ledger under the store lock. Indexes are enum lb_language, enum lb_run_outcome and the bucket of
 	 * lb_store_duration_bounds_ms (the CASEs below mirror them; changing either means a new migration that
 	 * rebuilds this table). Counters only grow: pruning the ledger leaves them alone. */
 	"CREATE TABLE run_stats ("
@@ -104,6 +104,7 @@ static const char *const MIGRATIONS[] = {
 	"  timeouts INTEGER NOT NULL,"
 	"  PRIMARY KEY (language, outcome, bucket)"
 	");"
+	/* ELSE 2: no such language is recorded any more (the store refuses it); such a row is skipped when read */
 	"INSERT INTO run_stats SELECT"
 	"  CASE language WHEN 'python' THEN 0 WHEN 'bash' THEN 1 ELSE 2 END,"
 	"  CASE WHEN timed_out THEN 0 WHEN oom_killed THEN 1 WHEN exit_code IS NULL THEN 2"

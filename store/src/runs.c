@@ -55,20 +55,6 @@ const char *lb_run_outcome_name(enum lb_run_outcome o)
 	return "unknown";
 }
 
-const char *lb_run_language_name(enum lb_run_language l)
-{
-	switch (l) {
-	case LB_LANG_PYTHON:
-		return "python";
-	case LB_LANG_BASH:
-		return "bash";
-	case LB_LANG_OTHER:
-	case LB_LANG_COUNT:
-		break;
-	}
-	return "other";
-}
-
 static const char CROCKFORD[] = "0123456789abcdefghjkmnpqrstvwxyz";
 
 int lb_run_id_generate(int64_t now_ms, char out[LB_RUN_ID_LEN + 1], struct lb_error *err)
@@ -150,8 +136,9 @@ static int check_run(const struct lb_store_run *run, struct lb_error *err)
 		return lb_error_setx(err, EINVAL, "recording a run: the id is not a lensbox run id");
 	if (!lb_store_name_valid(run->sandbox))
 		return lb_error_setx(err, EINVAL, "recording a run: invalid sandbox name");
-	if (!store_bounded(run->language, LB_STORE_LANGUAGE_MAX) || run->language[0] == '\0')
-		return lb_error_setx(err, EINVAL, "recording a run: the language is empty or too long");
+	enum lb_language l;
+	if (!store_bounded(run->language, LB_STORE_LANGUAGE_MAX) || lb_language_parse(run->language, &l) < 0)
+		return lb_error_setx(err, EINVAL, "recording a run: the language is not one lensbox runs");
 	if (!store_bounded(run->message, LB_STORE_MESSAGE_MAX))
 		return lb_error_setx(err, EINVAL, "recording a run: the message is too long");
 	if (run->duration_ms > INT64_MAX || run->cpu_ms > INT64_MAX || run->peak_memory_bytes > INT64_MAX ||
@@ -160,13 +147,12 @@ static int check_run(const struct lb_store_run *run, struct lb_error *err)
 	return 0;
 }
 
-static enum lb_run_language language_of(const char *language)
+/* A language check_run() accepted. */
+static enum lb_language language_of(const char *language)
 {
-	if (strcmp(language, "python") == 0)
-		return LB_LANG_PYTHON;
-	if (strcmp(language, "bash") == 0)
-		return LB_LANG_BASH;
-	return LB_LANG_OTHER;
+	enum lb_language l = LB_LANGUAGE_PYTHON;
+	(void)lb_language_parse(language, &l);
+	return l;
 }
 
 static int bucket_of(uint64_t duration_ms)
@@ -384,7 +370,10 @@ static int counts_unlocked(struct lb_store *s, struct lb_store_counts *c, struct
 		while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 			const unsigned char *state = sqlite3_column_text(st, 0);
 			uint64_t n = (uint64_t)sqlite3_column_int64(st, 1);
-			if (state && strcmp((const char *)state, "running") == 0)
+			enum lb_sandbox_state ss;
+			if (lb_sandbox_state_parse((const char *)state, &ss) < 0)
+				continue; /* the column's CHECK allows only the two names */
+			if (ss == LB_SANDBOX_RUNNING)
 				c->sandboxes_running += n;
 			else
 				c->sandboxes_stopped += n;
@@ -401,7 +390,7 @@ static int counts_unlocked(struct lb_store *s, struct lb_store_counts *c, struct
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		int l = sqlite3_column_int(st, 0), o = sqlite3_column_int(st, 1), b = sqlite3_column_int(st, 2);
 		uint64_t n = (uint64_t)sqlite3_column_int64(st, 3);
-		if (l < 0 || l >= LB_LANG_COUNT || o < 0 || o >= LB_RUN_OUTCOME_COUNT || b < 0 ||
+		if (l < 0 || l >= LB_LANGUAGE_COUNT || o < 0 || o >= LB_RUN_OUTCOME_COUNT || b < 0 ||
 		    b >= LB_STORE_DURATION_BUCKETS)
 			continue; /* written by a newer layout; never by this one */
 		c->runs[l][o] += n;

@@ -46,15 +46,13 @@ static void read_row(sqlite3_stmt *st, struct lb_store_sandbox *sb)
 	sb->host_uid = (uint32_t)sqlite3_column_int64(st, 9);
 	sb->host_gid = (uint32_t)sqlite3_column_int64(st, 10);
 	const unsigned char *state = sqlite3_column_text(st, 11);
-	sb->state = state && strcmp((const char *)state, "running") == 0 ? LB_STORE_RUNNING : LB_STORE_STOPPED;
+	/* The column's CHECK allows only the two names; anything else reads as LB_SANDBOX_STATE_COUNT, never as stopped
+	 */
+	if (lb_sandbox_state_parse((const char *)state, &sb->state) < 0)
+		sb->state = LB_SANDBOX_STATE_COUNT;
 	sb->created_at_ms = sqlite3_column_int64(st, 12);
 	sb->last_used_at_ms = sqlite3_column_int64(st, 13);
 	sb->runs = (uint64_t)sqlite3_column_int64(st, 14);
-}
-
-static const char *state_name(enum lb_store_state state)
-{
-	return state == LB_STORE_RUNNING ? "running" : "stopped";
 }
 
 /* The largest value a duration may have so that last_used_at_ms + seconds * 1000 cannot overflow. */
@@ -408,13 +406,13 @@ int lb_store_sandbox_set_digest(struct lb_store *s, const char *name, const char
 			  "recording an image digest", bind_text2, digest, err);
 }
 
-int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_store_state state, struct lb_error *err)
+int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_sandbox_state state, struct lb_error *err)
 {
-	if (state != LB_STORE_RUNNING && state != LB_STORE_STOPPED)
+	if (!lb_sandbox_state_name(state))
 		return lb_error_setx(err, EINVAL, "recording a sandbox state: unknown state %d", (int)state);
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
 	return update_one(s, name, "UPDATE sandboxes SET state = ?2 WHERE name = ?1", "recording a sandbox state",
-			  bind_text2, state_name(state), err);
+			  bind_text2, lb_sandbox_state_name(state), err);
 }
 
 int lb_store_sandbox_touch(struct lb_store *s, const char *name, int64_t now_ms, struct lb_error *err)

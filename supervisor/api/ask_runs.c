@@ -14,6 +14,7 @@
 
 #include "api.h"
 #include "lb/cleanup.h"
+#include "lb/language.h"
 
 const struct lbd_jfield lbd_run_fields[LBD_RUN_FIELDS] = {
 	{ "language", LBD_J_STRING },  { "source", LBD_J_STRING },  { "timeout_seconds", LBD_J_INT },
@@ -36,10 +37,9 @@ static int read_run(const struct lbd_config *cfg, yajl_val root, struct lbp_run 
 		lbd_res_error(res, 400, "wrong_type", "`language` and `source` must be strings.");
 		return -1;
 	}
-	if (strcmp(lang, "python") == 0)
-		w->language = LBP_PYTHON;
-	else if (strcmp(lang, "bash") == 0)
-		w->language = LBP_BASH;
+	enum lb_language l;
+	if (lb_language_parse(lang, &l) == 0)
+		w->language = l;
 	else {
 		lbd_res_error(res, 422, "invalid_value", "`language` must be `python` or `bash`.");
 		return -1;

@@ -183,11 +183,11 @@ void lbd_do_metrics(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		  "# TYPE lensbox_spare_sandboxes gauge\nlensbox_spare_sandboxes %u\n",
 		  spares_ready);
 	sb_printf(&s, "# HELP lensbox_runs_total Runs by language and outcome.\n# TYPE lensbox_runs_total counter\n");
-	for (int l = 0; l < LB_LANG_COUNT; l++)
+	for (int l = 0; l < LB_LANGUAGE_COUNT; l++)
 		for (int o = 0; o < LB_RUN_OUTCOME_COUNT; o++)
 			sb_printf(&s, "lensbox_runs_total{language=\"%s\",outcome=\"%s\"} %llu\n",
-				  lb_run_language_name((enum lb_run_language)l),
-				  lb_run_outcome_name((enum lb_run_outcome)o), (unsigned long long)c.runs[l][o]);
+				  lb_language_name((enum lb_language)l), lb_run_outcome_name((enum lb_run_outcome)o),
+				  (unsigned long long)c.runs[l][o]);
 	sb_printf(&s, "# HELP lensbox_run_duration_seconds How long runs took.\n"
 		      "# TYPE lensbox_run_duration_seconds histogram\n");
 	uint64_t cum = 0;

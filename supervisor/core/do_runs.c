@@ -31,6 +31,7 @@
 #include "files.h"
 #include "output.h"
 #include "lb/cleanup.h"
+#include "lb/language.h"
 #include "lb/log.h"
 #include "lb/netfilter.h"
 #include "lb/units.h"
@@ -157,8 +158,8 @@ struct run_outcome {
 static int read_run_request(struct lbd *d, struct lbp_msg *m, struct run_request *ret, struct lbd_res *res)
 {
 	const struct lbp_run *w = &m->u.run;
-	ret->python = w->language == LBP_PYTHON;
-	ret->lang = ret->python ? "python" : "bash";
+	ret->python = w->language == LB_LANGUAGE_PYTHON;
+	ret->lang = lb_language_name((enum lb_language)w->language);
 	ret->timeout = w->timeout_seconds;
 	ret->limit = w->output_limit;
 	ret->source_len = (size_t)w->source_len;

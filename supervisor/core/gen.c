@@ -21,7 +21,7 @@ void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_
 	(void)d;
 	yajl_gen_map_open(g);
 	lbd_gen_str(g, "name", sb->name);
-	lbd_gen_str(g, "state", sb->state == LB_STORE_RUNNING ? "running" : "stopped");
+	lbd_gen_str(g, "state", lb_sandbox_state_name(sb->state));
 	lbd_gen_key(g, "spec");
 	yajl_gen_map_open(g);
 	lbd_gen_str(g, "image", sb->spec.image);
@@ -48,7 +48,7 @@ void lbd_gen_sandbox_with_disk(const struct lbd *d, yajl_gen g, const struct lb_
 		lbd_gen_null(g, "disk_used_bytes");
 	lbd_gen_time(g, "created_at", sb->created_at_ms);
 	lbd_gen_time(g, "last_used_at", sb->last_used_at_ms);
-	if (sb->state == LB_STORE_RUNNING)
+	if (sb->state == LB_SANDBOX_RUNNING)
 		lbd_gen_time(g, "stops_at", lb_store_stop_at_ms(sb));
 	else
 		lbd_gen_null(g, "stops_at");

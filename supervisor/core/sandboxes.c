@@ -205,7 +205,7 @@ static int stop_locked(struct lbd *d, struct lbd_sandbox *sb, const char *why)
 		lb_warn(f, "stopping the sandbox failed; cleaned up %s", r2 < 0 ? err2.msg : "what was left");
 	}
 	struct lb_error serr = { 0 };
-	if (lb_store_sandbox_set_state(d->store, sb->name, LB_STORE_STOPPED, &serr) < 0 && serr.code != ENOENT) {
+	if (lb_store_sandbox_set_state(d->store, sb->name, LB_SANDBOX_STOPPED, &serr) < 0 && serr.code != ENOENT) {
 		log_fields(f, sizeof(f), sb->name, NULL);
 		lb_error(f, "recording the stop: %s", serr.msg);
 	}
@@ -412,7 +412,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	sb->last_used_mono = lbd_mono_ms();
 	pthread_mutex_unlock(&d->table_mu);
 	pthread_rwlock_unlock(&sb->live_lock);
-	lb_store_sandbox_set_state(d->store, sb->name, LB_STORE_RUNNING, NULL);
+	lb_store_sandbox_set_state(d->store, sb->name, LB_SANDBOX_RUNNING, NULL);
 	if (strcmp(digest, row->image_digest) != 0)
 		lb_store_sandbox_set_digest(d->store, sb->name, digest, NULL);
 	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
@@ -689,7 +689,7 @@ void lbd_sandboxes_tick(struct lbd *d)
 			pthread_mutex_unlock(&d->table_mu);
 			if (!sb) {
 				/* Marked running with no live sandbox here: only a crash does that; fix the record. */
-				lb_store_sandbox_set_state(d->store, list[i].name, LB_STORE_STOPPED, NULL);
+				lb_store_sandbox_set_state(d->store, list[i].name, LB_SANDBOX_STOPPED, NULL);
 				continue;
 			}
 			if (!got)

@@ -235,7 +235,7 @@ static bool payload_valid(const struct lbp_msg *m, size_t payload_len)
 		return TERMINATED(m->u.put.name) && lbp_name_valid(m->u.put.name) && spec_valid(&m->u.put.spec);
 	case LBP_RUN: {
 		const struct lbp_run *r = &m->u.run;
-		return TERMINATED(r->name) && lbp_name_valid(r->name) && r->language < LBP_LANGUAGE_END &&
+		return TERMINATED(r->name) && lbp_name_valid(r->name) && r->language < LB_LANGUAGE_COUNT &&
 		       r->timeout_seconds >= 1 && r->timeout_seconds <= 600 && r->output_limit >= 1 &&
 		       r->output_limit <= 1000000 && r->has_spec <= 1 && r->source_len <= LBP_SOURCE_MAX &&
 		       (r->has_spec ? spec_valid(&r->spec) : spec_valid(&r->spec) && r->spec.has == 0) &&

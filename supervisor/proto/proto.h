@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lb/language.h"
+
 #define LBP_MAGIC	   0x3150424cu /* "LBP1" little-endian */
 #define LBP_VERSION	   1
 #define LBP_NAME_MAX	   63	/* a sandbox name: ^[a-z0-9][a-z0-9._-]{0,62}$ */
@@ -108,11 +110,9 @@ struct lbp_sandbox_put {
 	struct lbp_spec spec;
 };
 
-enum lbp_language { LBP_PYTHON = 0, LBP_BASH = 1, LBP_LANGUAGE_END };
-
 struct lbp_run {
 	char name[LBP_NAME_MAX + 1];
-	uint32_t language;	  /* enum lbp_language */
+	uint32_t language;	  /* enum lb_language (lb/language.h) */
 	uint32_t timeout_seconds; /* 1..600 */
 	uint32_t output_limit;	  /* 1..1,000,000 characters */
 	uint32_t has_spec;	  /* 0 or 1: spec applies (the body's `sandbox`) */

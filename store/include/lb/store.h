@@ -33,6 +33,8 @@
 #include <stdint.h>
 
 #include "lb/error.h"
+#include "lb/language.h"
+#include "lb/sandbox_state.h"
 #include "lb/tier.h"
 
 #define LB_STORE_NAME_MAX     63  /* ^[a-z0-9][a-z0-9._-]{0,62}$ */
@@ -53,8 +55,6 @@ struct lb_store_config {
 	uint32_t uid_count; /* how many; uid_base + uid_count must not overflow */
 };
 
-enum lb_store_state { LB_STORE_STOPPED = 0, LB_STORE_RUNNING = 1 };
-
 /* What a sandbox was asked to be. Strings are NUL-terminated and bounded by the array sizes. */
 struct lb_store_spec {
 	char image[LB_STORE_IMAGE_MAX + 1]; /* reference as the client wrote it, e.g. "python:3.12-slim" */
@@ -73,10 +73,10 @@ struct lb_store_sandbox {
 	char image_digest[LB_STORE_DIGEST_MAX + 1]; /* "" until known */
 	uint32_t host_uid;
 	uint32_t host_gid;
-	enum lb_store_state state;
-	int64_t created_at_ms;	 /* creation, or the last recreation */
-	int64_t last_used_at_ms; /* last run (or creation) */
-	uint64_t runs;		 /* runs since creation/recreation */
+	enum lb_sandbox_state state; /* stored by name (lb_sandbox_state_name); LB_SANDBOX_STATE_COUNT if unknown */
+	int64_t created_at_ms;	     /* creation, or the last recreation */
+	int64_t last_used_at_ms;     /* last run (or creation) */
+	uint64_t runs;		     /* runs since creation/recreation */
 };
 
 /* When an idle running sandbox is due to be stopped / any sandbox is due to be deleted. */
@@ -122,10 +122,6 @@ enum lb_run_outcome {
 enum lb_run_outcome lb_run_outcome_of(const struct lb_store_run *run);
 const char *lb_run_outcome_name(enum lb_run_outcome o); /* "timed_out", "oom", "killed", "failed", "ok" */
 
-/* Languages counted separately in metrics; anything else counts as LB_LANG_OTHER. */
-enum lb_run_language { LB_LANG_PYTHON = 0, LB_LANG_BASH, LB_LANG_OTHER, LB_LANG_COUNT };
-const char *lb_run_language_name(enum lb_run_language l); /* "python", "bash", "other" */
-
 /* Upper bounds (inclusive, milliseconds) of the run-duration histogram buckets; the last bucket is +Inf. */
 #define LB_STORE_DURATION_BUCKETS 10
 extern const uint64_t lb_store_duration_bounds_ms[LB_STORE_DURATION_BUCKETS - 1];
@@ -137,7 +133,7 @@ struct lb_store_counts {
 	uint64_t sandboxes_running;
 	uint64_t sandboxes_stopped;
 	uint64_t runs_total;
-	uint64_t runs[LB_LANG_COUNT][LB_RUN_OUTCOME_COUNT];
+	uint64_t runs[LB_LANGUAGE_COUNT][LB_RUN_OUTCOME_COUNT];
 	uint64_t oom_kills;
 	uint64_t timeouts;
 	uint64_t duration_buckets[LB_STORE_DURATION_BUCKETS]; /* NOT cumulative: runs with bound[i-1] < d <= bound[i] */
@@ -203,7 +199,7 @@ int lb_store_sandbox_recreate(struct lb_store *s, const char *name, const struct
 int lb_store_sandbox_set_digest(struct lb_store *s, const char *name, const char *digest, struct lb_error *err);
 
 /* Records running/stopped. -ENOENT when absent. */
-int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_store_state state, struct lb_error *err);
+int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_sandbox_state state, struct lb_error *err);
 
 /* Marks every sandbox stopped (start-up reconciliation: no sandbox survives the daemon). *ret_changed (may be
  * NULL) is how many were marked running before. */

@@ -105,7 +105,7 @@ static void round_trip_every_request(void **state)
 	int fd = lbp_memfd("src", src, sizeof(src) - 1);
 	assert_true(fd >= 0);
 	struct lbp_run run = { .name = "chat-1",
-			       .language = LBP_PYTHON,
+			       .language = LB_LANGUAGE_PYTHON,
 			       .timeout_seconds = 60,
 			       .output_limit = 10000,
 			       .source_len = sizeof(src) - 1 };
@@ -227,7 +227,7 @@ static void wrong_descriptors_refused_and_closed(void **state)
 	const char src[] = "print(1)";
 	int before = open_fds();
 	struct lbp_run run = { .name = "chat",
-			       .language = LBP_PYTHON,
+			       .language = LB_LANGUAGE_PYTHON,
 			       .timeout_seconds = 60,
 			       .output_limit = 100,
 			       .source_len = sizeof(src) - 1 };
