@@ -988,6 +988,14 @@ static int cmd_health(const struct opts *o, int argc, char **argv)
 		}
 		snprintf(buf, sizeof(buf), "%lld", (long long)lbc_jint(h, "runs_in_flight", 0));
 		line("running now:", buf);
+		yajl_val api = lbc_jget(h, "api_process");
+		if (api) { /* the unprivileged process that answered: how often it was replaced, what the core refused
+			    */
+			snprintf(
+			    buf, sizeof(buf), "unprivileged; replaced %lld times, %lld messages refused by the core",
+			    (long long)lbc_jint(api, "restarts", 0), (long long)lbc_jint(api, "messages_refused", 0));
+			line("api process:", buf);
+		}
 		int64_t up = lbc_jint(h, "uptime_seconds", -1);
 		if (up >= 0) {
 			line("up:", lbc_format_duration_ms((uint64_t)up * 1000, buf, sizeof(buf)));

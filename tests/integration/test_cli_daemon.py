@@ -36,6 +36,8 @@ def test_health(d):
     # The test daemon runs with networking off (lensbox_testlib.lensboxd): health says so, and why.
     assert "network:     off only; packages and web are unavailable: " in out, out
     assert "\nimage:       " in out, out
+    # privilege separation: the process that answered, and what the core refused from it (nothing, here)
+    assert "api process: unprivileged; replaced 0 times, 0 messages refused by the core" in out, out
 
 
 def test_run_exit_statuses(d):
