@@ -1,7 +1,8 @@
 /*
  * doctor_host.c — `lensbox doctor`'s checks of the host around lensboxd: the sandboxes' host ids against the account
  * files (/etc/passwd, /etc/group, /etc/subuid, /etc/subgid), the free space where the state lives, and the socket's
- * directory (lensboxd refuses to start when others can enter it, and must be able to create the socket in it).
+ * directory (lensboxd refuses to start when others can enter it, and must be able to create the socket in it), and
+ * that the API process's uid (api_user) is no other account's.
  *
  * Runs in the CLI process; reads only. The account files are read as text (not through NSS: the question is which
  * ids this host's files hand out), at most 4 MiB each, under LENSBOX_DOCTOR_ROOT when set.
@@ -96,6 +97,43 @@ static void check_uids(struct lbc_doctor *d)
 	    "or signal what that account owns",
 	    fix, "%" PRIu64 "-%" PRIu64 " overlaps %s's %s%" PRIu64 "-%" PRIu64 " in %s", lo, hi - 1, c.who,
 	    c.first == c.last ? "id " : "ids ", c.first, c.last, c.file);
+}
+
+/* The API process's uid (api_user): the config check refuses root, services_uid and the sandboxes' ids; here, that a
+ * numeric uid is nobody else's. An account or another tool's user namespace holding it could signal the process that
+ * parses every request. The Debian package's own account for it (lensbox-api) is the expected holder. */
+static void check_api_user(struct lbc_doctor *d)
+{
+	uid_t uid;
+	gid_t gid;
+	struct lb_error err = { 0 };
+	if (lbd_config_api_ids(&d->cfg, &uid, &gid, &err) < 0)
+		return; /* the config check says why lensboxd would refuse it */
+	const char *u = d->cfg.api_user;
+	if (u[0] < '0' || u[0] > '9') {
+		lbc_doc_add(d, "api-user", LBC_DOC_OK, NULL, NULL, "%s (uid %u)", u, (unsigned)uid);
+		return;
+	}
+	static const struct {
+		const char *path;
+		bool ranges;
+	} files[] = { { "/etc/passwd", false }, { "/etc/subuid", true } };
+	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
+		char path[512];
+		lbc_doc_path(d, files[i].path, path, sizeof(path));
+		struct id_clash c = { 0 };
+		scan_ids(path, files[i].path, files[i].ranges, uid, (uint64_t)uid + 1, &c);
+		if (c.file[0] && !(strcmp(c.who, "lensbox-api") == 0 && !files[i].ranges)) {
+			lbc_doc_add(
+			    d, "api-user", LBC_DOC_WARN,
+			    "the API process parses every request; whoever holds its uid can signal it",
+			    "set `api_user` to an unused uid (or to that account's name, if it is meant for this)",
+			    "uid %u (api_user) is %s's in %s", (unsigned)uid, c.who, c.file);
+			return;
+		}
+	}
+	lbc_doc_add(d, "api-user", LBC_DOC_OK, NULL, NULL, "uid %u, used by no other account or subid range",
+		    (unsigned)uid);
 }
 
 /* The directory itself or, when it does not exist yet, the nearest ancestor that does (lensboxd creates the rest). */
@@ -194,6 +232,7 @@ static void check_socket_dir(struct lbc_doctor *d)
 void lbc_doctor_host(struct lbc_doctor *d)
 {
 	check_uids(d);
+	check_api_user(d);
 	check_disk(d);
 	check_socket_dir(d);
 }

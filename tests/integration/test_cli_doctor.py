@@ -252,6 +252,29 @@ def test_sim_uid_range_just_outside_passes(tmp):
     assert sim(tmp, root)["by"]["uid-range"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("file,line,status", [
+    ("etc/passwd", "mallory:x:999999998:999999998::/:/bin/sh\n", "warn"),   # another account holds the API uid
+    ("etc/subuid", "bob:999990000:65536\n", "warn"),                       # another tool's namespaces map it
+    ("etc/passwd", "lensbox-api:x:999999998:999999998::/:/usr/sbin/nologin\n", "ok"),  # the package's account
+])
+def test_sim_api_user_shared(tmp, file, line, status):
+    root = fake_root(tmp)
+    with open(os.path.join(root, file), "a") as f:
+        f.write(line)
+    c = sim(tmp, root)["by"]["api-user"]
+    assert c["status"] == status and "999999998" in c["value"], c
+    if status == "warn":
+        assert_explained(c)
+        assert line.split(":")[0] in c["value"], c
+
+
+def test_api_user_that_does_not_exist(tmp):
+    rep = doctor(config(tmp, api_user="lensbox-no-such-user"))
+    c = rep["by"]["config"]
+    assert rep["rc"] == 1 and c["status"] == "fail" and "api_user `lensbox-no-such-user` does not exist" in c["value"], c
+    assert_explained(c)
+
+
 def test_config_that_does_not_parse(tmp):
     conf = config(tmp)
     with open(conf, "a") as f:
