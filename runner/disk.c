@@ -396,9 +396,9 @@ int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret)
 /* Kernels before 5.9 know no no_prefetch_block_bitmaps (and prefetch nothing). */
 #define STORAGE_MOUNT_OPTS_OLD "errors=remount-ro,noinit_itable"
 
-int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err)
+int lb_disk_attach(const char *storage, char *dev, size_t devsize, struct lb_error *err)
 {
-	char img[PATH_MAX], dev[64];
+	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
 	/* Mounting one ext4 image twice would corrupt it: the caller holds the storage lock and has just checked
 	 * (lb_disk_wait_released, under that lock) that no loop device holds the image. */
@@ -410,11 +410,20 @@ int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *
 	long page = sysconf(_SC_PAGESIZE);
 	unsigned bsize =
 	    layout.block_size >= 512 && page > 0 && layout.block_size <= (unsigned long)page ? layout.block_size : 0;
-	_cleanup_close_ int lfd = loop_attach(imgfd, img, bsize, dev, sizeof(dev), err);
+	int lfd = loop_attach(imgfd, img, bsize, dev, devsize, err);
 	if (lfd < 0)
 		return lfd;
 	for (size_t i = 0; i < layout.n; i++)
 		(void)posix_fadvise(lfd, (off_t)layout.offsets[i], (off_t)layout.block_size, POSIX_FADV_WILLNEED);
+	return lfd;
+}
+
+int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err)
+{
+	char dev[64];
+	_cleanup_close_ int lfd = lb_disk_attach(storage, dev, sizeof(dev), err);
+	if (lfd < 0)
+		return lfd;
 	const char *opts = STORAGE_MOUNT_OPTS;
 	/* The mount point may be removed under us by the flusher of a stopped sandbox of the same name (with another
 	 * storage; ours is locked): make it again then. */
@@ -464,8 +473,9 @@ static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *
 		;
 	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
 	/* A start of this sandbox name with another storage may have mounted there meanwhile: then EBUSY, and it
-	 * stays. (The same storage waits for our lock.) */
-	(void)rmdir(mountpoint);
+	 * stays. (The same storage waits for our lock.) A mount that never had a mount point has none to remove. */
+	if (mountpoint)
+		(void)rmdir(mountpoint);
 	close(lock_fd);
 	_exit(0);
 }
@@ -496,6 +506,12 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 		(void)rmdir(mountpoint);
 		return 0; /* nothing was mounted there */
 	}
+	lb_disk_hand_over(mnt_fd, lock_fd, mountpoint, ret);
+	return 0;
+}
+
+void lb_disk_hand_over(int mnt_fd, int lock_fd, const char *mountpoint, struct lb_disk_detach *ret)
+{
 	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
 	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
 	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. The flusher
@@ -524,7 +540,6 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 		}
 	}
 	*ret = (struct lb_disk_detach){ .mnt_fd = mnt_fd, .go = go[1], .pid = pid };
-	return 0;
 }
 
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
@@ -536,7 +551,7 @@ void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
 		close(d->mnt_fd); /* without a flusher, the last reference: the shutdown happens here */
 	if (d->go >= 0)
 		close(d->go); /* the flusher goes on: ours was not the last reference */
-	else if (d->mnt_fd >= 0)
+	else if (d->mnt_fd >= 0 && mountpoint)
 		(void)rmdir(mountpoint);
 	*d = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
 }

@@ -72,6 +72,10 @@ int lb_disk_lock(const char *storage, int timeout_ms, struct lb_error *err);
  * when the filesystem is new (the caller then starts the pool's refill), 0 when one was there. */
 int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, uid_t owner_uid, gid_t owner_gid,
 		    struct lb_error *err);
+/* Attaches the image to a free loop device (autoclear) and reads ahead the blocks a mount reads first; returns the
+ * loop device's fd and its path in dev. The caller holds the storage lock and has checked under it that no loop
+ * device holds the image (lb_disk_wait_released). */
+int lb_disk_attach(const char *storage, char *dev, size_t devsize, struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
@@ -87,6 +91,9 @@ struct lb_disk_detach {
 };
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err);
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
+/* The second half of lb_disk_detach for a mount already detached (or never attached: storage.c): mnt_fd is the
+ * caller's reference, which lb_disk_detach_finish() closes; mountpoint NULL: none to remove. */
+void lb_disk_hand_over(int mnt_fd, int lock_fd, const char *mountpoint, struct lb_disk_detach *ret);
 /* Where an ext4 image's first reads go (disk.c explains why): its block size and the byte offsets of the blocks a
  * mount reads one after the other, plus the root directory's first block. Reads fd (the image) with pread only;
  * -EINVAL when it is not an ext4 filesystem this recognises. Offsets are inside the file and block-aligned. */

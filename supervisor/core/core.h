@@ -211,13 +211,22 @@ void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb);
 /* Records a use now in memory only (LRU order), for a caller that writes the store's last_used_at itself (a run:
  * lb_store_run_insert). */
 void lbd_sandbox_note_use(struct lbd *d, struct lbd_sandbox *sb);
-/* Storage access for file transfer, without taking a turn (a slow run must not delay file requests). Opens the
- * root of the sandbox's storage filesystem as an O_PATH directory fd, starting the sandbox when it is stopped.
- * While the returned fd is in use the sandbox is pinned running: call lbd_storage_unpin() after, on the same
- * thread. create: make the sandbox with the defaults when it does not exist (else 404). */
-int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, uid_t *ret_uid, gid_t *ret_gid,
-		    struct lbd_fail *f);
-void lbd_storage_unpin(struct lbd *d, const char *name);
+/* Storage access for file transfer. A running sandbox's storage is reached without taking a turn (a slow run must
+ * not delay file requests), pinned running by its read lock. A stopped one's is opened from the host without
+ * starting it (runner/storage.c), under its turn, so no start mounts it meanwhile; a new one is started instead when
+ * a spare is ready (it takes the spare). pin->root is the storage's root directory (do not close it); call
+ * lbd_storage_unpin() after, on the same thread, with every fd opened under root closed. create: make the sandbox
+ * with the defaults when it does not exist (else 404). */
+struct lbd_pin {
+	struct lbd_sandbox *sb;
+	bool offline;		   /* opened from the host: storage holds it, and the turn is taken */
+	struct lb_storage storage; /* offline only */
+	int root;
+	uid_t uid;
+	gid_t gid;
+};
+int lbd_storage_pin(struct lbd *d, const char *name, bool create, struct lbd_pin *pin, struct lbd_fail *f);
+void lbd_storage_unpin(struct lbd *d, struct lbd_pin *pin);
 
 /* Timer work: stops sandboxes idle past their time and deletes ones unused past keep. Never waits behind a run. */
 void lbd_sandboxes_tick(struct lbd *d);

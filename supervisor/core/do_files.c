@@ -4,10 +4,11 @@
  *
  * Runs in the core (root) on channel threads. A file's bytes come as a sealed memfd (proto.c checked its seals and
  * size), mapped read-only here; a file going out leaves as the descriptor of a private copy, which the API process
- * sends to the client. File requests never take the sandbox's turn, so a run in
- * progress does not delay them; they pin the sandbox running (lbd_storage_pin) and do every lookup through
- * files.c's link-refusing openat2. A stopped sandbox is started for the request (its storage is only reachable
- * through its mount), which counts as a use for the idle and keep timers.
+ * sends to the client. File requests to a running sandbox never take its turn, so a run in progress does not delay
+ * them; they pin it running (lbd_storage_pin). A stopped sandbox is not started: its storage is opened from the host
+ * (a detached mount only this process reaches) under its turn, so no start mounts it meanwhile; a new sandbox with a
+ * spare ready takes the spare instead. Either way the request counts as a use for the idle and keep timers, and every
+ * lookup goes through files.c's link-refusing openat2 as the sandbox's uid.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -63,18 +64,15 @@ void lbd_do_file_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		lbd_res_error(res, 500, "internal", "Mapping the file's bytes failed: %s", strerror(errno));
 		return;
 	}
-	int root;
-	uid_t uid;
-	gid_t gid;
-	if (lbd_storage_pin(d, name, true, &root, &uid, &gid, &f) < 0) {
+	struct lbd_pin pin;
+	if (lbd_storage_pin(d, name, true, &pin, &f) < 0) {
 		if (data)
 			munmap(data, size);
 		lbd_res_fail(res, &f);
 		return;
 	}
-	int r = lbd_file_write(root, path, data ? data : "", size, 0644, uid, gid, &f);
-	close(root);
-	lbd_storage_unpin(d, name);
+	int r = lbd_file_write(pin.root, path, data ? data : "", size, 0644, pin.uid, pin.gid, &f);
+	lbd_storage_unpin(d, &pin);
 	if (data)
 		munmap(data, size);
 	if (r < 0) {
@@ -97,17 +95,14 @@ void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		lbd_res_fail(res, &f);
 		return;
 	}
-	int root;
-	uid_t uid;
-	gid_t gid;
-	if (lbd_storage_pin(d, name, false, &root, &uid, &gid, &f) < 0) {
+	struct lbd_pin pin;
+	if (lbd_storage_pin(d, name, false, &pin, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	int fd = -1;
 	uint64_t size = 0;
-	int r = lbd_file_open_read(root, path, LBD_FILE_MAX, &fd, &size, &f);
-	close(root);
+	int r = lbd_file_open_read(pin.root, path, LBD_FILE_MAX, &fd, &size, &f);
 	int copy = -1;
 	if (r == 0) {
 		/* The bytes are copied to an unlinked host file before the sandbox is unpinned: a slow client then
@@ -138,7 +133,7 @@ void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		size = done;
 		close(fd);
 	}
-	lbd_storage_unpin(d, name);
+	lbd_storage_unpin(d, &pin);
 	if (r < 0) {
 		if (copy >= 0)
 			close(copy);
@@ -160,17 +155,14 @@ void lbd_do_files_list(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		lbd_res_fail(res, &f);
 		return;
 	}
-	int root;
-	uid_t uid;
-	gid_t gid;
-	if (lbd_storage_pin(d, name, false, &root, &uid, &gid, &f) < 0) {
+	struct lbd_pin pin;
+	if (lbd_storage_pin(d, name, false, &pin, &f) < 0) {
 		lbd_res_fail(res, &f);
 		return;
 	}
 	yajl_gen g = lbd_gen_new();
-	int r = lbd_files_list(root, dir, recursive, g, &f);
-	close(root);
-	lbd_storage_unpin(d, name);
+	int r = lbd_files_list(pin.root, dir, recursive, g, &f);
+	lbd_storage_unpin(d, &pin);
 	if (r < 0) {
 		yajl_gen_free(g);
 		lbd_res_fail(res, &f);

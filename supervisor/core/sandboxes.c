@@ -600,9 +600,76 @@ void lbd_sandbox_touch(struct lbd *d, struct lbd_sandbox *sb)
 
 /* ---- file transfer ---- */
 
-int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, uid_t *ret_uid, gid_t *ret_gid,
+/* Under the turn, the sandbox stopped: its storage opened from the host without a start (runner/storage.c). Not
+ * for a sandbox that has never had files while a spare is ready: starting it takes the spare, which costs less than
+ * a later cold start. 1: opened into pin; 0: start it instead. */
+static int pin_stopped(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row, struct lbd_pin *pin)
+{
+	char storage[512];
+	lbd_storage_path(d, row->host_uid, storage, sizeof(storage));
+	struct stat st;
+	if (stat(storage, &st) < 0 && errno == ENOENT) {
+		uint32_t ready = 0, target = 0;
+		lbd_spares_counts(d, &ready, &target);
+		if (ready > 0)
+			return 0;
+	}
+	struct lb_storage_spec spec = {
+		.storage = storage,
+		.disk_pool = d->disk_pool,
+		.disk_pool_bound = true,
+		.disk_bytes = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
+		.host_uid = row->host_uid,
+		.host_gid = row->host_gid,
+	};
+	struct lb_error err = { 0 };
+	if (lb_storage_open(&spec, &pin->storage, &err) < 0) {
+		char lf[256];
+		log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
+		lb_warn(lf, "opening a stopped sandbox's storage failed; starting it instead");
+		return 0;
+	}
+	*pin = (struct lbd_pin){ .sb = sb,
+				 .offline = true,
+				 .storage = pin->storage,
+				 .root = pin->storage.root,
+				 .uid = row->host_uid,
+				 .gid = row->host_gid };
+	lbd_sandbox_touch(d, sb);
+	return 1;
+}
+
+/* The live path: the running sandbox's storage mount, pinned by its read lock. 1: pinned; 0: not running. */
+static int pin_live(struct lbd *d, const char *name, const struct lb_store_sandbox *row, struct lbd_pin *pin,
 		    struct lbd_fail *f)
 {
+	pthread_mutex_lock(&d->table_mu);
+	struct lbd_sandbox *sb = get_ref_locked(d, name, false);
+	pthread_mutex_unlock(&d->table_mu);
+	if (!sb)
+		return 0;
+	pthread_rwlock_rdlock(&sb->live_lock);
+	if (!sb->live) {
+		pthread_rwlock_unlock(&sb->live_lock);
+		put_ref(d, sb);
+		return 0;
+	}
+	int fd = open(lb_sandbox_storage_mount(sb->live), O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		pthread_rwlock_unlock(&sb->live_lock);
+		put_ref(d, sb);
+		lbd_fail_set(f, 500, "internal", "Opening the sandbox's storage failed: %s", strerror(e));
+		return -e;
+	}
+	/* Pinned: the read lock and the reference stay until lbd_storage_unpin(). */
+	*pin = (struct lbd_pin){ .sb = sb, .root = fd, .uid = row->host_uid, .gid = row->host_gid };
+	return 1;
+}
+
+int lbd_storage_pin(struct lbd *d, const char *name, bool create, struct lbd_pin *pin, struct lbd_fail *f)
+{
+	*pin = (struct lbd_pin){ .root = -1, .storage = { .root = -1, .lock = -1 } };
 	for (int attempt = 0; attempt < 4; attempt++) {
 		struct lb_store_sandbox row;
 		struct lb_error err = { 0 };
@@ -615,33 +682,11 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, u
 			lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
 			return r;
 		}
-		pthread_mutex_lock(&d->table_mu);
-		struct lbd_sandbox *sb = get_ref_locked(d, name, false);
-		pthread_mutex_unlock(&d->table_mu);
-		if (sb && r == 0) {
-			pthread_rwlock_rdlock(&sb->live_lock);
-			if (sb->live) {
-				int fd = open(lb_sandbox_storage_mount(sb->live), O_PATH | O_DIRECTORY | O_CLOEXEC);
-				if (fd < 0) {
-					int e = errno;
-					pthread_rwlock_unlock(&sb->live_lock);
-					put_ref(d, sb);
-					lbd_fail_set(f, 500, "internal", "Opening the sandbox's storage failed: %s",
-						     strerror(e));
-					return -e;
-				}
-				/* Pinned: the read lock and the reference stay until lbd_storage_unpin(). */
-				*ret_fd = fd;
-				*ret_uid = row.host_uid;
-				*ret_gid = row.host_gid;
-				return 0;
-			}
-			pthread_rwlock_unlock(&sb->live_lock);
-		}
-		if (sb)
-			put_ref(d, sb);
-		/* Stopped (or absent and create is allowed): start it under its turn, then look again. */
-		sb = lbd_sandbox_acquire(d, name);
+		if (r == 0 && (r = pin_live(d, name, &row, pin, f)) != 0)
+			return r < 0 ? r : 0;
+		/* Stopped (or absent and create is allowed): under its turn, so no start mounts the storage meanwhile,
+		 * open it from the host, or start it; then look again. */
+		struct lbd_sandbox *sb = lbd_sandbox_acquire(d, name);
 		if (!sb) {
 			lbd_fail_set(f, 500, "internal", "Out of memory.");
 			return -ENOMEM;
@@ -649,8 +694,17 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, u
 		struct lbd_spec_request req;
 		lbd_spec_defaults(&d->cfg, &req);
 		struct lbd_ensure_result er;
-		if (r == 0 || create)
-			r = lbd_sandbox_ensure(d, sb, &req, true, &er, f);
+		r = 0;
+		if (!sb->live) {
+			/* the row as it is now, under the turn (made with the defaults when it is new) */
+			if ((r = lbd_sandbox_ensure(d, sb, &req, false, &er, f)) == 0 &&
+			    (r = lb_store_sandbox_get(d->store, name, &row, &err)) < 0)
+				lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+			if (r == 0 && pin_stopped(d, sb, &row, pin) == 1)
+				return 0; /* the turn stays taken until lbd_storage_unpin() */
+			if (r == 0)
+				r = lbd_sandbox_ensure(d, sb, &req, true, &er, f);
+		}
 		if (r == 0)
 			lbd_sandbox_touch(d, sb);
 		lbd_sandbox_release(d, sb);
@@ -662,15 +716,19 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, int *ret_fd, u
 	return -EAGAIN;
 }
 
-void lbd_storage_unpin(struct lbd *d, const char *name)
+void lbd_storage_unpin(struct lbd *d, struct lbd_pin *pin)
 {
-	pthread_mutex_lock(&d->table_mu);
-	struct lbd_sandbox *sb = find_locked(d, name);
-	pthread_mutex_unlock(&d->table_mu);
-	if (!sb)
-		return; /* cannot happen: the pin holds a reference */
-	pthread_rwlock_unlock(&sb->live_lock);
-	put_ref(d, sb);
+	if (!pin->sb)
+		return;
+	if (pin->offline) {
+		lb_storage_close(&pin->storage);
+		lbd_sandbox_release(d, pin->sb);
+	} else {
+		close(pin->root);
+		pthread_rwlock_unlock(&pin->sb->live_lock);
+		put_ref(d, pin->sb);
+	}
+	*pin = (struct lbd_pin){ .root = -1, .storage = { .root = -1, .lock = -1 } };
 }
 
 /* ---- timers ---- */

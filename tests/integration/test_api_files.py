@@ -116,6 +116,7 @@ def test_symlink_to_etc_shadow_is_never_followed(d):
 def test_symlink_to_another_sandboxs_storage(d):
     victim, attacker = d.name("victim"), d.name("attacker")
     put(d, victim, "secret.txt", b"victim's secret")
+    d.ok_run(victim, "pass")  # running: its storage is mounted on the host (an upload alone no longer starts it)
     # where the victim's storage is mounted on the host, and its files as the host sees them
     mnt = os.path.join(d.run_dir, "mnt", d.runner_key(victim))
     assert os.path.exists(os.path.join(mnt, "secret.txt"))
@@ -202,3 +203,76 @@ def test_nothing_leaks(d):
     for sb in d.request("GET", "/v1/sandboxes")[1]["sandboxes"]:
         assert d.request("DELETE", "/v1/sandboxes/" + sb["name"])[0] == 200
     assert d.leaks() == []
+
+
+# ---- a stopped sandbox's files: reached from the host without starting it ----
+
+def state_of(d, n):
+    return d.request("GET", f"/v1/sandboxes/{n}")[1]["state"]
+
+
+def mounted(d, n):
+    with open("/proc/self/mountinfo") as f:
+        return any(d.runner_key(n) in line.split(" - ")[0] and d.run_dir in line for line in f)
+
+
+def test_files_of_a_stopped_sandbox_do_not_start_it(d):
+    n = d.name("offline")
+    d.ok_run(n, "open('before.txt', 'w').write('from inside')")
+    assert d.request("POST", f"/v1/sandboxes/{n}/stop")[0] in (200, 204)
+    assert state_of(d, n) == "stopped"
+    assert put(d, n, "up/new.txt", b"from outside")[0] == 201
+    assert get(d, n, "before.txt") == (200, b"from inside")
+    listing = {f["path"] for f in d.request("GET", f"/v1/sandboxes/{n}/files?recursive=true")[1]["files"]}
+    assert {"before.txt", "up", "up/new.txt"} <= listing
+    # none of it started the sandbox, or left its filesystem mounted anywhere on the host
+    assert state_of(d, n) == "stopped" and not mounted(d, n)
+    r = d.ok_run(n, "import os\nprint(open('up/new.txt').read(), os.stat('up').st_uid, os.stat('up/new.txt').st_uid)")
+    assert r["stdout"] == "from outside 1000 1000\n"
+
+
+def test_upload_makes_a_new_sandbox_without_starting_it(d):
+    n = d.name("offnew")
+    assert put(d, n, "data.bin", b"x" * 4096)[0] == 201
+    assert state_of(d, n) == "stopped" and not mounted(d, n)
+    # its storage root is the sandbox user's, as a start would have made it: it can write beside the upload
+    r = d.ok_run(n, "import os\nopen('mine', 'w').write('ok')\nprint(os.stat('.').st_uid, os.path.getsize('data.bin'),"
+                    " os.path.exists('lost+found'))")
+    assert r["stdout"] == "1000 4096 False\n"
+
+
+def test_uploads_to_a_stopped_sandbox_race_its_starts(d):
+    """Uploads and runs of one sandbox at once, stopped between rounds: the image is never mounted twice (that would
+    corrupt it), every acknowledged upload is read back intact, and nothing is left mounted or attached."""
+    import threading
+    n = d.name("offrace")
+    d.ok_run(n, "pass")
+    acked, errors = {}, []
+
+    def uploads(k):
+        for i in range(6):
+            data = os.urandom(1000 + i)
+            st, b = put(d, n, f"r{k}/{i}.bin", data)
+            if st == 201:
+                acked[f"r{k}/{i}.bin"] = hashlib.sha256(data).hexdigest()
+            else:
+                errors.append((st, b))
+
+    for rnd in range(3):
+        assert d.request("POST", f"/v1/sandboxes/{n}/stop")[0] in (200, 204)
+        ts = [threading.Thread(target=uploads, args=(rnd * 10 + k,)) for k in range(3)]
+        for t in ts:
+            t.start()
+        r = d.run(n, "import os\nprint(len(os.listdir('.')))")
+        for t in ts:
+            t.join()
+        assert r[0] == 200, r
+    assert not errors, errors
+    for path, want in acked.items():
+        st, data = get(d, n, path)
+        assert st == 200 and hashlib.sha256(data).hexdigest() == want, path
+    assert d.request("POST", f"/v1/sandboxes/{n}/stop")[0] in (200, 204)
+    assert get(d, n, next(iter(acked)))[0] == 200
+    key = d.runner_key(n)  # this sandbox's (the module's other sandboxes may still run)
+    mine = [x for x in d.leaks() if key in x]
+    assert not mine, mine

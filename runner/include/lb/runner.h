@@ -178,6 +178,28 @@ int lb_sandbox_stop(struct lb_sandbox *sb, struct lb_error *err);
 /* Removes the storage of a stopped sandbox (-EBUSY if its image is still attached after 2 s). */
 int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err);
 
+/* A stopped sandbox's storage reached from the host without starting the sandbox (runner/storage.c): its filesystem
+ * mounted nowhere (a detached mount, nosuid, nodev, noexec), its root given to the sandbox's host ids, for lensboxd
+ * to read and write files as that uid. It holds the storage lock, so no start can mount the image at the same time
+ * (a start waits up to 2 s for the lock: keep it short, or keep starts of that sandbox out, as lensboxd does with
+ * the sandbox's turn). A new storage is made as a first start makes it (from the pool when it has one). */
+struct lb_storage_spec {
+	const char *storage;   /* as lb_sandbox_spec.storage */
+	const char *disk_pool; /* as lb_sandbox_spec.disk_pool, disk_pool_bound */
+	bool disk_pool_bound;
+	uint64_t disk_bytes; /* 0: 1 GiB, as for a sandbox */
+	uid_t host_uid;
+	gid_t host_gid;
+};
+struct lb_storage {
+	int root; /* the filesystem's root directory (O_PATH-like, from fsmount); -1 when closed */
+	int lock; /* the storage lock */
+};
+int lb_storage_open(const struct lb_storage_spec *spec, struct lb_storage *ret, struct lb_error *err);
+/* Closes the caller's references; the filesystem is shut down and flushed by a background flusher that holds the
+ * storage lock until it is done (as after a stop). Every fd opened under root must be closed first. */
+void lb_storage_close(struct lb_storage *s);
+
 /* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
  * detaches its loop device, removes its cgroups. Safe to call for a sandbox that left nothing. */
 int lb_sandbox_cleanup(const char *name, const char *run_dir, struct lb_error *err);
