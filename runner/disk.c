@@ -473,9 +473,8 @@ static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *
 		;
 	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
 	/* A start of this sandbox name with another storage may have mounted there meanwhile: then EBUSY, and it
-	 * stays. (The same storage waits for our lock.) A mount that never had a mount point has none to remove. */
-	if (mountpoint)
-		(void)rmdir(mountpoint);
+	 * stays. (The same storage waits for our lock.) */
+	(void)rmdir(mountpoint);
 	close(lock_fd);
 	_exit(0);
 }
@@ -506,12 +505,6 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 		(void)rmdir(mountpoint);
 		return 0; /* nothing was mounted there */
 	}
-	lb_disk_hand_over(mnt_fd, lock_fd, mountpoint, ret);
-	return 0;
-}
-
-void lb_disk_hand_over(int mnt_fd, int lock_fd, const char *mountpoint, struct lb_disk_detach *ret)
-{
 	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
 	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
 	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. The flusher
@@ -540,6 +533,7 @@ void lb_disk_hand_over(int mnt_fd, int lock_fd, const char *mountpoint, struct l
 		}
 	}
 	*ret = (struct lb_disk_detach){ .mnt_fd = mnt_fd, .go = go[1], .pid = pid };
+	return 0;
 }
 
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
@@ -551,7 +545,7 @@ void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
 		close(d->mnt_fd); /* without a flusher, the last reference: the shutdown happens here */
 	if (d->go >= 0)
 		close(d->go); /* the flusher goes on: ours was not the last reference */
-	else if (d->mnt_fd >= 0 && mountpoint)
+	else if (d->mnt_fd >= 0)
 		(void)rmdir(mountpoint);
 	*d = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
 }

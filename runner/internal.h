@@ -91,9 +91,6 @@ struct lb_disk_detach {
 };
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err);
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
-/* The second half of lb_disk_detach for a mount already detached (or never attached: storage.c): mnt_fd is the
- * caller's reference, which lb_disk_detach_finish() closes; mountpoint NULL: none to remove. */
-void lb_disk_hand_over(int mnt_fd, int lock_fd, const char *mountpoint, struct lb_disk_detach *ret);
 /* Where an ext4 image's first reads go (disk.c explains why): its block size and the byte offsets of the blocks a
  * mount reads one after the other, plus the root directory's first block. Reads fd (the image) with pread only;
  * -EINVAL when it is not an ext4 filesystem this recognises. Offsets are inside the file and block-aligned. */

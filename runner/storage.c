@@ -9,8 +9,8 @@
  * itself; the loop device (autoclear) goes with it: nothing is left to reconcile.
  *
  * Invariants: an image is never mounted twice (corruption): lb_storage_open takes the storage lock, as a start does,
- * checks under it that no loop device holds the image, and keeps the lock until the filesystem is shut down (the
- * flusher of lb_disk_hand_over holds it to the end, as after a stop). The image is the sandbox's own filesystem,
+ * checks under it that no loop device holds the image, and lb_storage_close releases the lock only after the
+ * filesystem is shut down (its last reference closed). The image is the sandbox's own filesystem,
  * written by the kernel's ext4 on the sandbox's behalf: the same trust as the mount a start makes. Nothing here
  * follows a path inside it: the caller gets the root directory and resolves beneath it (supervisor/core/files.c).
  */
@@ -91,23 +91,22 @@ int lb_storage_open(const struct lb_storage_spec *spec, struct lb_storage *ret, 
 		return mnt; /* closing lfd detaches the loop device (autoclear, nothing mounted it) */
 	if ((r = give_root(mnt, fresh, spec->host_uid, spec->host_gid, err)) < 0)
 		return r;
-	if (fresh && pool) /* as a first start does: a refill that cannot start costs the next new storage its mke2fs */
-		(void)lb_disk_pool_refill(pool, disk, spec->disk_pool_bound);
-	*ret = (struct lb_storage){ .root = TAKE_FD(mnt), .lock = TAKE_FD(lock) };
+	*ret = (struct lb_storage){ .root = TAKE_FD(mnt), .lock = TAKE_FD(lock), .fresh = fresh };
 	return 0;
 }
 
 void lb_storage_close(struct lb_storage *s)
 {
-	if (s->root < 0) {
-		if (s->lock >= 0)
-			close(s->lock);
-		*s = (struct lb_storage){ .root = -1, .lock = -1 };
-		return;
-	}
-	struct lb_disk_detach d;
-	lb_disk_hand_over(s->root, s->lock, NULL, &d);
-	lb_disk_detach_finish(&d, NULL);
-	close(s->lock); /* the flusher holds its own copy until the filesystem is shut down */
+	if (s->root >= 0)
+		close(s->root); /* the last reference: the filesystem is shut down and flushed here */
+	if (s->lock >= 0)
+		close(s->lock); /* only now may a start mount the image */
 	*s = (struct lb_storage){ .root = -1, .lock = -1 };
+}
+
+int lb_sandbox_refill_pool(const char *pool, uint64_t disk_bytes, bool bound)
+{
+	if (!pool || !pool[0])
+		return 0;
+	return lb_disk_pool_refill(pool, disk_bytes ? disk_bytes : (uint64_t)1 << 30, bound);
 }

@@ -221,6 +221,7 @@ struct lbd_pin {
 	struct lbd_sandbox *sb;
 	bool offline;		   /* opened from the host: storage holds it, and the turn is taken */
 	struct lb_storage storage; /* offline only */
+	uint64_t disk_bytes;	   /* offline only: its size, for the pool's refill */
 	int root;
 	uid_t uid;
 	gid_t gid;

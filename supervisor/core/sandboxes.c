@@ -617,7 +617,6 @@ static int pin_stopped(struct lbd *d, struct lbd_sandbox *sb, const struct lb_st
 	struct lb_storage_spec spec = {
 		.storage = storage,
 		.disk_pool = d->disk_pool,
-		.disk_pool_bound = true,
 		.disk_bytes = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes,
 		.host_uid = row->host_uid,
 		.host_gid = row->host_gid,
@@ -716,12 +715,51 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, struct lbd_pin
 	return -EAGAIN;
 }
 
+/* What closing a stopped sandbox's storage leaves to do, off the request's path: the filesystem's shutdown (the
+ * storage lock is held until it is done, so a start of the sandbox waits for it there) and, for a new storage, the
+ * pool's refill (a fork of this large process). If lensboxd dies meanwhile, the kernel closes both descriptors and
+ * the shutdown happens all the same. */
+struct closing {
+	struct lb_storage storage;
+	bool fresh;
+	uint64_t disk_bytes;
+	char pool[300];
+};
+
+static void *close_storage(void *arg)
+{
+	struct closing *c = arg;
+	lb_storage_close(&c->storage);
+	if (c->fresh)
+		(void)lb_sandbox_refill_pool(c->pool, c->disk_bytes, true); /* the refiller ends with lensboxd */
+	free(c);
+	return NULL;
+}
+
 void lbd_storage_unpin(struct lbd *d, struct lbd_pin *pin)
 {
 	if (!pin->sb)
 		return;
 	if (pin->offline) {
-		lb_storage_close(&pin->storage);
+		struct closing *c = malloc(sizeof(*c));
+		pthread_t t;
+		pthread_attr_t attr;
+		bool handed = false;
+		if (c) {
+			*c = (struct closing){ .storage = pin->storage,
+					       .fresh = pin->storage.fresh,
+					       .disk_bytes = pin->disk_bytes };
+			snprintf(c->pool, sizeof(c->pool), "%s", d->disk_pool);
+			if (pthread_attr_init(&attr) == 0) {
+				(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+				handed = pthread_create(&t, &attr, close_storage, c) == 0;
+				pthread_attr_destroy(&attr);
+			}
+			if (!handed)
+				close_storage(c); /* no thread: the request waits for the shutdown */
+		} else {
+			lb_storage_close(&pin->storage);
+		}
 		lbd_sandbox_release(d, pin->sb);
 	} else {
 		close(pin->root);

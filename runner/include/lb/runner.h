@@ -185,20 +185,24 @@ int lb_sandbox_destroy_storage(const char *storage, struct lb_error *err);
  * the sandbox's turn). A new storage is made as a first start makes it (from the pool when it has one). */
 struct lb_storage_spec {
 	const char *storage;   /* as lb_sandbox_spec.storage */
-	const char *disk_pool; /* as lb_sandbox_spec.disk_pool, disk_pool_bound */
-	bool disk_pool_bound;
-	uint64_t disk_bytes; /* 0: 1 GiB, as for a sandbox */
+	const char *disk_pool; /* as lb_sandbox_spec.disk_pool: a new storage takes an image from it */
+	uint64_t disk_bytes;   /* 0: 1 GiB, as for a sandbox */
 	uid_t host_uid;
 	gid_t host_gid;
 };
 struct lb_storage {
-	int root; /* the filesystem's root directory (O_PATH-like, from fsmount); -1 when closed */
-	int lock; /* the storage lock */
+	int root;   /* the filesystem's root directory (O_PATH-like, from fsmount); -1 when closed */
+	int lock;   /* the storage lock */
+	bool fresh; /* the storage was made now: the caller may refill the pool (lb_sandbox_refill_pool) */
 };
 int lb_storage_open(const struct lb_storage_spec *spec, struct lb_storage *ret, struct lb_error *err);
-/* Closes the caller's references; the filesystem is shut down and flushed by a background flusher that holds the
- * storage lock until it is done (as after a stop). Every fd opened under root must be closed first. */
+/* Closes the filesystem (every fd opened under root must be closed first), then the lock. Blocks for the
+ * filesystem's shutdown (journal commit, flush through the loop device: 1-30 ms on a busy host): lensboxd calls it
+ * off the request's path. */
 void lb_storage_close(struct lb_storage *s);
+/* Tops the pool up after a new storage took from it (runner/disk_pool.c); bound: the refiller ends with the caller.
+ * Forks (a few ms in a large process): off the request's path too. */
+int lb_sandbox_refill_pool(const char *pool, uint64_t disk_bytes, bool bound);
 
 /* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
  * detaches its loop device, removes its cgroups. Safe to call for a sandbox that left nothing. */
