@@ -113,6 +113,16 @@ int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, 
 	/* A new image: made under a temporary name and renamed, so a crash never leaves a half-made disk.img. */
 	char tmp[PATH_MAX];
 	snprintf(tmp, sizeof(tmp), "%s/" DISK_IMAGE ".new", storage);
+	/* The pool empty (a burst of new sandboxes): a copy of its template, when it has one, costs far less than
+	 * mke2fs. Its root is root's, given to owner_uid at the mount as for a pool image. A copy that fails is
+	 * truncated away below. */
+	if (pool) {
+		_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (fd >= 0 && lb_disk_pool_copy_template(pool, disk_bytes, fd) == 0) {
+			if (rename(tmp, img) == 0)
+				return 1;
+		}
+	}
 	{
 		_cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd < 0)

@@ -7,6 +7,10 @@
  *
  *   <pool>/<bytes>.<pid>-<n>.img   an empty ext4 image of exactly <bytes>, made by mke2fs, root directory 0:0 0755
  *   <pool>/<bytes>.<pid>-<n>.new   one being made (only while a refiller holds <pool>/.lock)
+ *   <pool>/<bytes>.template        an empty ext4 image of <bytes> kept as the model: made once by mke2fs, then every
+ *                                  image of that size is a sparse copy of it (copy_file_range of its few hundred KiB
+ *                                  of metadata: no mke2fs process, no fsyncs), by the refiller and, when the pool is
+ *                                  empty, by lb_disk_prepare itself
  *   <pool>/.lock                   flock'ed by the one refiller at work
  *
  * lb_disk_pool_take() renames one image of the right size into <storage>/disk.img: rename() is atomic, so two starts
@@ -65,6 +69,7 @@
 #include <unistd.h>
 
 #define POOL_NAME_MAX 64
+#define TEMPLATE      LB_DISK_POOL_TARGET
 /* The refiller waits this long before its first mke2fs: the start that took an image, and most first runs, are then
  * done. */
 #define REFILL_DELAY_NS 100000000L
@@ -132,12 +137,14 @@ int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
 /* What the refiller needs, all prepared before the fork. */
 struct refill {
 	int pool_fd, lock_fd, null_fd;
-	int caller_fd; /* a pidfd of the caller when the refill ends with it, else -1 */
+	int caller_fd;	 /* a pidfd of the caller when the refill ends with it, else -1 */
+	int template_fd; /* the refiller's: the template once it exists, else -1 */
 	int n;
-	char tmp[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
-	char img[LB_DISK_POOL_TARGET][POOL_NAME_MAX];
-	char path[LB_DISK_POOL_TARGET][POOL_NAME_MAX + 32]; /* the .new file for mke2fs: /proc/self/fd/<pool_fd>/... */
-	char *argv[LB_DISK_POOL_TARGET][12];
+	/* [0, n): the images to make; [TEMPLATE]: the template, made first when missing */
+	char tmp[LB_DISK_POOL_TARGET + 1][POOL_NAME_MAX];
+	char img[LB_DISK_POOL_TARGET + 1][POOL_NAME_MAX];
+	char path[LB_DISK_POOL_TARGET + 1][POOL_NAME_MAX + 32]; /* the .new file for mke2fs: /proc/self/fd/<pool_fd>/ */
+	char *argv[LB_DISK_POOL_TARGET + 1][12];
 	uint64_t bytes;
 };
 
@@ -158,12 +165,63 @@ static bool caller_ended(struct refill *r, pid_t pid)
 	return n > 0 && (p[1].revents & POLLIN) && !(p[0].revents & POLLIN);
 }
 
-/* One image: the sized sparse file, mke2fs on it, then its final name. Raw calls only. */
+/* Copies the data extents of from (a file of size bytes) into to, leaving its holes holes: an empty ext4 image is a
+ * few hundred KiB of metadata in a sparse file. Raw calls only (the refiller runs it too). */
+static int copy_sparse(int from, int to, uint64_t size)
+{
+	if (ftruncate(to, (off_t)size) < 0)
+		return -errno;
+	off_t pos = 0;
+	for (;;) {
+		off_t data = lseek(from, pos, SEEK_DATA);
+		if (data < 0)
+			return errno == ENXIO ? 0 : -errno; /* ENXIO: no data past pos */
+		off_t hole = lseek(from, data, SEEK_HOLE);
+		if (hole < 0)
+			return -errno;
+		loff_t in = data, out = data;
+		while (in < hole) {
+			ssize_t n = copy_file_range(from, &in, to, &out, (size_t)(hole - in), 0);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0)
+				return n < 0 ? -errno : -EIO;
+		}
+		pos = hole;
+	}
+}
+
+int lb_disk_pool_copy_template(const char *pool, uint64_t disk_bytes, int to)
+{
+	_cleanup_close_ int fd = pool_open(pool, false);
+	if (fd < 0)
+		return fd;
+	char name[POOL_NAME_MAX];
+	snprintf(name, sizeof(name), "%" PRIu64 ".template", disk_bytes);
+	_cleanup_close_ int from = openat(fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (from < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(from, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != disk_bytes)
+		return -ENOENT;
+	return copy_sparse(from, to, disk_bytes);
+}
+
+/* One image: the sized sparse file, a copy of the template when there is one (a few hundred KiB of copy_file_range
+ * instead of a mke2fs process and its four fsyncs), else mke2fs on it; then its final name. Raw calls only. */
 static bool refill_one(struct refill *r, int i)
 {
 	int fd = openat(r->pool_fd, r->tmp[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return false;
+	if (i != TEMPLATE && r->template_fd >= 0) {
+		bool ok = copy_sparse(r->template_fd, fd, r->bytes) == 0;
+		close(fd);
+		ok = ok && renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
+		if (!ok)
+			unlinkat(r->pool_fd, r->tmp[i], 0);
+		return ok;
+	}
 	bool ok = ftruncate(fd, (off_t)r->bytes) == 0;
 	close(fd);
 	/* Not glibc's fork(): its atfork handlers take malloc's and other locks, which another thread of the caller may
@@ -235,6 +293,9 @@ static _Noreturn void refill_main(struct refill *r)
 		struct timespec ts = { 0, REFILL_DELAY_NS };
 		nanosleep(&ts, NULL);
 	}
+	r->template_fd = openat(r->pool_fd, r->img[TEMPLATE], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (r->template_fd < 0 && refill_one(r, TEMPLATE))
+		r->template_fd = openat(r->pool_fd, r->img[TEMPLATE], O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	for (int i = 0; i < r->n; i++)
 		if (!refill_one(r, i))
 			break;
@@ -269,6 +330,22 @@ static int pool_count(int fd, const char *prefix)
 	return n;
 }
 
+/* mke2fs's command line for image i (its .new name in tmp[i]). */
+static void refill_argv(struct refill *r, int i, int pool_fd)
+{
+	/* The refiller inherits the pool's fd under the same number: the path never leaves the checked directory. */
+	char name[POOL_NAME_MAX];
+	memcpy(name, r->tmp[i], sizeof(name));
+	snprintf(r->path[i], sizeof(r->path[i]), "/proc/self/fd/%d/%s", pool_fd, name);
+	/* The root directory stays 0:0 0755 here; the first mount gives it to the sandbox's uid. -m 0: no blocks
+	 * reserved for root (there is no root inside); -F: it is a file, not a device. */
+	char *const argv[] = { "mke2fs",   "-q",   "-F",
+			       "-t",	   "ext4", "-m",
+			       "0",	   "-E",   "lazy_itable_init=1,lazy_journal_init=1",
+			       r->path[i], NULL };
+	memcpy(r->argv[i], argv, sizeof(argv));
+}
+
 int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound)
 {
 	_cleanup_close_ int fd = pool_open(pool, true);
@@ -293,26 +370,23 @@ int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound)
 	_cleanup_close_ int caller_fd = bound ? (int)syscall(SYS_pidfd_open, getpid(), 0u) : -1;
 	if (bound && caller_fd < 0)
 		return -errno;
-	struct refill rf = {
-		.pool_fd = fd, .lock_fd = lock, .null_fd = null_fd, .caller_fd = caller_fd, .bytes = disk_bytes
-	};
+	struct refill rf = { .pool_fd = fd,
+			     .lock_fd = lock,
+			     .null_fd = null_fd,
+			     .caller_fd = caller_fd,
+			     .template_fd = -1,
+			     .bytes = disk_bytes };
 	struct refill *r = &rf;
 	static unsigned counter;
 	for (int i = 0; i < LB_DISK_POOL_TARGET - have; i++, r->n++) {
 		unsigned k = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
 		snprintf(r->tmp[i], POOL_NAME_MAX, "%s%ld-%u.new", prefix, (long)getpid(), k);
 		snprintf(r->img[i], POOL_NAME_MAX, "%s%ld-%u.img", prefix, (long)getpid(), k);
-		/* The refiller inherits the pool's fd under the same number: the path never leaves the checked
-		 * directory. */
-		snprintf(r->path[i], sizeof(r->path[i]), "/proc/self/fd/%d/%s", fd, r->tmp[i]);
-		/* The root directory stays 0:0 0755 here; the first mount gives it to the sandbox's uid. -m 0: no
-		 * blocks reserved for root (there is no root inside); -F: it is a file, not a device. */
-		char *const argv[] = { "mke2fs",   "-q",   "-F",
-				       "-t",	   "ext4", "-m",
-				       "0",	   "-E",   "lazy_itable_init=1,lazy_journal_init=1",
-				       r->path[i], NULL };
-		memcpy(r->argv[i], argv, sizeof(argv));
+		refill_argv(r, i, fd);
 	}
+	snprintf(r->tmp[TEMPLATE], POOL_NAME_MAX, "%stemplate.new", prefix);
+	snprintf(r->img[TEMPLATE], POOL_NAME_MAX, "%stemplate", prefix);
+	refill_argv(r, TEMPLATE, fd);
 	/* The intermediate child borrows our memory (CLONE_VM, we are suspended until it exits, on a stack of its own
 	 * in this frame, signals blocked so no handler of ours runs in it); only the refiller's fork copies it. */
 	_Alignas(16) char stack[16384];

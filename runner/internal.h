@@ -109,6 +109,10 @@ int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img);
  * work already; returns how many it will make (0: none needed or another refiller holds the lock) or -errno. bound:
  * the refiller stops (nothing half-made left) as soon as the calling process ends. */
 int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound);
+/* Writes a copy of the pool's template for disk_bytes (an empty ext4 image the refiller made with mke2fs) into to,
+ * sparse: 0, -ENOENT when there is none yet, -EPERM as lb_disk_pool_take. Not fsynced: a new storage's first journal
+ * commit or its unmount flushes it through the loop device. */
+int lb_disk_pool_copy_template(const char *pool, uint64_t disk_bytes, int to);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):

@@ -102,6 +102,27 @@ static void refill_then_take(void **state)
 	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 1);
 	assert_true(wait_for_images(LB_DISK_POOL_TARGET, 30));
 	assert_int_equal(lb_disk_pool_refill(pool, SIZE, false), 0); /* full */
+
+	/* The refiller left its template: a copy of it (the pool empty) is the same filesystem, as sparse. */
+	char tpl[512];
+	snprintf(tpl, sizeof(tpl), "%s/%llu.template", pool, (unsigned long long)SIZE);
+	struct stat ts;
+	assert_int_equal(stat(tpl, &ts), 0);
+	assert_int_equal((uint64_t)ts.st_size, SIZE);
+	char copy[512];
+	snprintf(copy, sizeof(copy), "%s/copy.img", dir);
+	fd = open(copy, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(lb_disk_pool_copy_template(pool, SIZE * 2, fd), -ENOENT); /* no template of that size */
+	assert_int_equal(lb_disk_pool_copy_template(pool, SIZE, fd), 0);
+	close(fd);
+	assert_int_equal(stat(copy, &st), 0);
+	assert_int_equal((uint64_t)st.st_size, SIZE);
+	assert_true(st.st_blocks <= ts.st_blocks); /* holes stayed holes */
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s' && e2fsck -fn '%s' >/dev/null 2>&1", tpl, copy, copy);
+	assert_int_equal(system(cmd), 0);
+	unlink(copy);
 }
 
 static void dead_refillers_leftovers_go(void **state)
