@@ -88,6 +88,12 @@ struct lbd_res {
 	char log_fields[192]; /* extra "key=value" pairs for the access log line (run id...) */
 };
 
+/* The seconds a client should wait before trying again after an error answer (the Retry-After header), or 0 when
+ * trying again cannot help until someone acts: 1 for `429 capacity`, `503 busy` and `503 core_unavailable` (they
+ * pass by themselves in moments: a run ends, memory frees, the API process is replaced), 5 for
+ * `503 host_unavailable` (a host resource such as loop devices or the network may come back), 0 otherwise. */
+unsigned lbd_retry_after(int status, const char *code);
+
 /* The error envelope {"error": {"code", "message"}} with status. */
 void lbd_res_error(struct lbd_res *res, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

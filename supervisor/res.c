@@ -108,6 +108,18 @@ void lbd_gen_finish(yajl_gen g, struct lbd_res *res, int status)
 	yajl_gen_free(g);
 }
 
+unsigned lbd_retry_after(int status, const char *code)
+{
+	if (!code)
+		return 0;
+	if ((status == 429 && strcmp(code, "capacity") == 0) ||
+	    (status == 503 && (strcmp(code, "busy") == 0 || strcmp(code, "core_unavailable") == 0)))
+		return 1;
+	if (status == 503 && strcmp(code, "host_unavailable") == 0)
+		return 5;
+	return 0;
+}
+
 void lbd_res_error(struct lbd_res *res, int status, const char *code, const char *fmt, ...)
 {
 	char msg[LB_ERROR_MSG_MAX + 64];

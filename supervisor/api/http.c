@@ -23,6 +23,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <yajl/yajl_tree.h>
+
 #include "api.h"
 #include "lb/cleanup.h"
 #include "lb/fileio.h"
@@ -97,10 +99,28 @@ static void log_request(struct conn_req *cr)
 		lb_info(fields, "request");
 }
 
+/* Retry-After for the answers that pass by themselves (lbd_retry_after), 0 for none. The code is read back from the
+ * error body, which the core or this process made (bounded, our own envelope); a body that is not one gets none. */
+static unsigned retry_after_of(const struct lbd_res *res)
+{
+	if ((res->status != 429 && res->status != 503) || res->fd >= 0 || !res->body || res->len > 4096)
+		return 0;
+	char buf[4097], errbuf[64];
+	memcpy(buf, res->body, res->len);
+	buf[res->len] = '\0';
+	yajl_val v = yajl_tree_parse(buf, errbuf, sizeof(errbuf));
+	const char *path[] = { "error", "code", NULL };
+	yajl_val code = v ? yajl_tree_get(v, path, yajl_t_string) : NULL;
+	unsigned secs = lbd_retry_after(res->status, code ? YAJL_GET_STRING(code) : NULL);
+	yajl_tree_free(v);
+	return secs;
+}
+
 static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
 {
 	struct lbd_res *res = &cr->res;
 	struct MHD_Response *r;
+	unsigned retry = retry_after_of(res);
 	if (res->fd >= 0) {
 		r = MHD_create_response_from_fd64(res->fd_size, res->fd);
 		if (r)
@@ -115,6 +135,11 @@ static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, 
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
 				res->content_type ? res->content_type : "application/json");
 	int status = res->status >= 100 && res->status < 600 ? res->status : 500;
+	if (retry) {
+		char value[16];
+		snprintf(value, sizeof(value), "%u", retry);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, value);
+	}
 	atomic_fetch_add(&d->metrics.requests_by_status[status], 1);
 	atomic_fetch_add(&d->metrics.requests_by_class[status / 100], 1);
 	enum MHD_Result q = MHD_queue_response(conn, (unsigned)status, r);

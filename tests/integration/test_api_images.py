@@ -123,6 +123,9 @@ def test_import_list_inspect_rm_in_use(tmp_path):
         # a PUT for a missing image (pulling off): 503 naming the reference, nothing created
         msg = err(d.request("PUT", f"/v1/sandboxes/{name}", {"image": "lbtest/tiny:1"}), 503, "image_unavailable")
         assert "lbtest/tiny:1" in msg and "pull_missing_images" in msg, msg
+        # trying again does not help until someone imports or pulls it: no Retry-After (docs/api.md)
+        st, hdrs, _ = d.raw("PUT", f"/v1/sandboxes/{name}", {"image": "lbtest/tiny:1"})
+        assert st == 503 and "Retry-After" not in hdrs, hdrs
         assert d.request("GET", f"/v1/sandboxes/{name}")[0] == 404
 
 
