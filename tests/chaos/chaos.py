@@ -511,6 +511,119 @@ def part_capacity(scale):
     return part
 
 
+# ---- part 4: load ----
+
+def part_load(scale):
+    """load_connections clients at once for load_seconds on load_sandboxes sandboxes: health, listings, uploads,
+    downloads, python and bash runs. Every answer is a success or a documented overload answer (429/503 with its
+    code) carrying Retry-After; p50/p99 per endpoint; lensboxd's RSS and open fds (core and API process) back to
+    where they were once the load ends."""
+    part = Part("load")
+    d = Daemon(settings={"max_running": str(max(4, scale.load_sandboxes // 2))})
+    try:
+        names = [d.name(f"l{i}") for i in range(scale.load_sandboxes)]
+        for n in names:  # made before the clock starts, each with one file to read back
+            d.request("PUT", f"/v1/sandboxes/{n}/files/seed.txt", b"seed")
+        lock = threading.Lock()
+        uploaded = {n: {"seed.txt": b"seed"} for n in names}
+        stop = threading.Event()
+        unexplained = []
+
+        def check(label, st, hdrs, raw, ok):
+            if st in ok:
+                return True
+            body = _json(raw) if raw else None
+            if (st, _code(body)) in OVERLOAD:
+                if not hdrs.get("Retry-After"):
+                    unexplained.append(f"{label} -> {st} {_code(body)} without Retry-After")
+                return False
+            unexplained.append(f"{label} -> {st} {raw[:200]!r}")
+            return False
+
+        def client(k):
+            rnd = random.Random(k)
+            seq = 0
+            while not stop.is_set():
+                n = rnd.choice(names)
+                op = rnd.choices(["health", "list", "get_sandbox", "put", "get", "ls", "run_py", "run_bash"],
+                                 [2, 2, 2, 3, 3, 1, 3, 2])[0]
+                t0 = time.monotonic()
+                try:
+                    if op == "health":
+                        st, h, raw = d.raw("GET", "/v1/health", timeout=60)
+                        check(op, st, h, raw, (200,))
+                    elif op == "list":
+                        st, h, raw = d.raw("GET", "/v1/sandboxes", timeout=60)
+                        check(op, st, h, raw, (200,))
+                    elif op == "get_sandbox":
+                        st, h, raw = d.raw("GET", f"/v1/sandboxes/{n}", timeout=60)
+                        check(op, st, h, raw, (200,))
+                    elif op == "put":
+                        seq += 1
+                        path, data = f"c{k}/{seq}.bin", os.urandom(rnd.randrange(1, 20000))
+                        st, h, raw = d.raw("PUT", f"/v1/sandboxes/{n}/files/{path}", data, timeout=60)
+                        if check(op, st, h, raw, (201,)):
+                            with lock:
+                                uploaded[n][path] = data
+                    elif op == "get":
+                        with lock:
+                            path, want = rnd.choice(list(uploaded[n].items()))
+                        st, h, raw = d.raw("GET", f"/v1/sandboxes/{n}/files/{path}", timeout=60)
+                        if check(op, st, h, raw, (200,)) and raw != want:
+                            unexplained.append(f"GET {n}/{path}: not the acknowledged bytes")
+                    elif op == "ls":
+                        st, h, raw = d.raw("GET", f"/v1/sandboxes/{n}/files", timeout=60)
+                        check(op, st, h, raw, (200,))
+                    else:
+                        lang, src = (("python", "print(sum(range(1000)))") if op == "run_py"
+                                     else ("bash", "echo $((6*7))"))
+                        st, h, raw = d.raw("POST", f"/v1/sandboxes/{n}/runs", {"language": lang, "source": src},
+                                           timeout=120)
+                        if check(op, st, h, raw, (200,)) and (_json(raw) or {}).get("exit_code") != 0:
+                            unexplained.append(f"{op} in {n}: {raw[:200]!r}")
+                except OSError as e:
+                    unexplained.append(f"{op}: {e!r}")
+                part.tries += 1
+                part.lat(op, (time.monotonic() - t0) * 1000)
+
+        ts = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(scale.load_connections)]
+        before = proc_figures(d.proc.pid)
+        t_end = time.monotonic() + scale.load_seconds
+        for t in ts:
+            t.start()
+        samples = []
+        while time.monotonic() < t_end:
+            time.sleep(1)
+            samples.append(proc_figures(d.proc.pid))
+        stop.set()
+        for t in ts:
+            t.join(timeout=180)
+        time.sleep(2)
+        after = proc_figures(d.proc.pid)
+        part.failures += [f"unexplained answer: {u}" for u in unexplained[:20]]
+        if len(unexplained) > 20:
+            part.fail(f"... and {len(unexplained) - 20} more unexplained answers")
+        peak_rss = max(r for r, _ in samples) if samples else after[0]
+        part.notes.append(f"{scale.load_connections} clients, {scale.load_sandboxes} sandboxes, "
+                          f"{scale.load_seconds:.0f} s: {part.tries} requests; lensboxd RSS {before[0]} KiB before, "
+                          f"{peak_rss} KiB at most, {after[0]} KiB after; open fds {before[1]} before, {after[1]} after")
+        # flat: after the load, what lensboxd holds is back where it was (the channel pool may stay grown)
+        if after[1] > before[1] + 64 + 8:
+            part.fail(f"lensboxd holds {after[1]} fds after the load, {before[1]} before: a leak")
+        half = samples[len(samples) // 2:] if samples else []
+        if half and max(r for r, _ in half) > 1.5 * max(r for r, _ in samples[:len(samples) // 2] or [(1, 0)]) + 16384:
+            part.fail(f"lensboxd's RSS kept growing under a steady load: {[r for r, _ in samples]}")
+        for n in names:  # every acknowledged upload reads back
+            for path, want in list(uploaded[n].items())[-3:]:
+                st, _, raw = d.raw("GET", f"/v1/sandboxes/{n}/files/{path}")
+                if st != 200 or raw != want:
+                    part.fail(f"acknowledged upload {n}/{path} lost or changed ({st})")
+    finally:
+        d.cleanup()
+    part.leaks += d.leaks(settle=5)
+    return part
+
+
 def table(parts):
     """The soak's table: one line a part."""
     rows = [("part", "tries", "failures", "leaks", "known", "p50 ms", "p99 ms")]
