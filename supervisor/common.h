@@ -53,6 +53,10 @@ struct lbd_fail {
 };
 void lbd_fail_set(struct lbd_fail *f, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* The store failed doing `what` ("Recording the sandbox"): r and msg as the store returned them (store.h). A full
+ * state directory is 503 host_unavailable and a database held by another process 503 busy, both with the cause and
+ * both passing when it does; anything else 500 internal. */
+void lbd_fail_store(struct lbd_fail *f, int r, const char *what, const char *msg);
 
 /* ---- wire.c ---- */
 

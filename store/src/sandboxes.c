@@ -233,7 +233,7 @@ int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *e
 		return r;
 	if (uid == 0)
 		return lb_error_setx(
-		    err, ENOSPC,
+		    err, EUSERS,
 		    "every host uid in the range %u-%u is taken by a sandbox: delete sandboxes or widen "
 		    "the range",
 		    s->uid_base, (uint32_t)(end - 1));

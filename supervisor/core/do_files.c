@@ -87,6 +87,16 @@ void lbd_do_file_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	lbd_gen_finish(g, res, 201);
 }
 
+/* A download is copied to a staging file in state_dir/tmp first: a full state directory passes when space is freed. */
+static void staging_failed(struct lbd_fail *f, int e)
+{
+	if (e == ENOSPC || e == EDQUOT)
+		lbd_fail_set(f, 503, "host_unavailable",
+			     "Staging the file failed: lensboxd's state directory is full; free space there.");
+	else
+		lbd_fail_set(f, 500, "internal", "Staging the file failed: %s", strerror(e));
+}
+
 void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
 	const char *name = m->u.file.name, *path = m->u.file.path;
@@ -111,8 +121,7 @@ void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", d->cfg.state_dir);
 		copy = open_staging_file(tmpdir);
 		if (copy < 0) {
-			lbd_fail_set(&f, 500, "internal", "Creating a temporary file in %s failed: %s", tmpdir,
-				     strerror(errno));
+			staging_failed(&f, errno);
 			r = -EIO;
 		}
 		uint64_t done = 0;
@@ -124,7 +133,7 @@ void lbd_do_file_get(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 			if (n <= 0)
 				break; /* shrank meanwhile: send what was there */
 			if (lb_write_all(copy, buf, (size_t)n) < 0) {
-				lbd_fail_set(&f, 500, "internal", "Staging the file failed: %s", strerror(errno));
+				staging_failed(&f, errno);
 				r = -EIO;
 				break;
 			}

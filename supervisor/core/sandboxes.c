@@ -224,7 +224,7 @@ int lbd_sandbox_stop(struct lbd *d, struct lbd_sandbox *sb, bool *ret_was_runnin
 		return r;
 	}
 	if (r < 0) {
-		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		lbd_fail_store(f, r, "Reading the sandbox's state", err.msg);
 		return r;
 	}
 	bool was = sb->live != NULL;
@@ -491,12 +491,12 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			return r;
 		bool created = false;
 		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
-		if (r == -ENOSPC) {
+		if (r == -EUSERS) {
 			lbd_fail_set(f, 429, "capacity", "No host uid is left for a new sandbox (uid_range_count).");
 			return r;
 		}
 		if (r < 0) {
-			lbd_fail_set(f, 500, "internal", "Recording the sandbox failed: %s", err.msg);
+			lbd_fail_store(f, r, "Recording the sandbox", err.msg);
 			return r;
 		}
 		/* A storage directory under a uid no row held is what a crash between removing a row's storage and the
@@ -511,7 +511,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			   lb_tier_name(row.spec.network));
 		lb_info(lf, "sandbox created");
 	} else if (r < 0) {
-		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		lbd_fail_store(f, r, "Reading the sandbox's state", err.msg);
 		return r;
 	} else {
 		char why[256];
@@ -527,7 +527,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			/* A fresh sandbox: the request's spec (its defaults for what it did not give). */
 			r = lb_store_sandbox_recreate(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &err);
 			if (r < 0) {
-				lbd_fail_set(f, 500, "internal", "Recording the recreated sandbox failed: %s", err.msg);
+				lbd_fail_store(f, r, "Recording the recreated sandbox", err.msg);
 				return r;
 			}
 			snprintf(ret->recreated, sizeof(ret->recreated), "%s", why);
@@ -544,7 +544,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			r = lb_store_sandbox_put(d->store, sb->name, &s, row.image_digest, lbd_now_ms(), &row, NULL,
 						 &err);
 			if (r < 0) {
-				lbd_fail_set(f, 500, "internal", "Recording the sandbox's timers failed: %s", err.msg);
+				lbd_fail_store(f, r, "Recording the sandbox's timers", err.msg);
 				return r;
 			}
 		}
@@ -568,7 +568,7 @@ int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f
 		return r;
 	}
 	if (r < 0) {
-		lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+		lbd_fail_store(f, r, "Reading the sandbox's state", err.msg);
 		return r;
 	}
 	r = destroy_locked(d, sb, row.host_uid, f);
@@ -576,7 +576,7 @@ int lbd_sandbox_delete(struct lbd *d, struct lbd_sandbox *sb, struct lbd_fail *f
 		return r;
 	r = lb_store_sandbox_delete(d->store, sb->name, &err);
 	if (r < 0 && r != -ENOENT) {
-		lbd_fail_set(f, 500, "internal", "Removing the sandbox's record failed: %s", err.msg);
+		lbd_fail_store(f, r, "Removing the sandbox's record", err.msg);
 		return r;
 	}
 	char lf[128];
@@ -678,7 +678,7 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, struct lbd_pin
 			return r;
 		}
 		if (r < 0 && r != -ENOENT) {
-			lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+			lbd_fail_store(f, r, "Reading the sandbox's state", err.msg);
 			return r;
 		}
 		if (r == 0 && (r = pin_live(d, name, &row, pin, f)) != 0)
@@ -698,7 +698,7 @@ int lbd_storage_pin(struct lbd *d, const char *name, bool create, struct lbd_pin
 			/* the row as it is now, under the turn (made with the defaults when it is new) */
 			if ((r = lbd_sandbox_ensure(d, sb, &req, false, &er, f)) == 0 &&
 			    (r = lb_store_sandbox_get(d->store, name, &row, &err)) < 0)
-				lbd_fail_set(f, 500, "internal", "Reading the sandbox's state failed: %s", err.msg);
+				lbd_fail_store(f, r, "Reading the sandbox's state", err.msg);
 			if (r == 0 && pin_stopped(d, sb, &row, pin) == 1)
 				return 0; /* the turn stays taken until lbd_storage_unpin() */
 			if (r == 0)

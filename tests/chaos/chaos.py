@@ -624,6 +624,102 @@ def part_load(scale):
     return part
 
 
+# ---- part 5: resource faults (the state directory) ----
+
+def _answer_ok(part, label, st, hdrs, raw, ok):
+    """A success, or a documented answer for the fault (503 busy / host_unavailable) with Retry-After."""
+    if st in ok:
+        return True
+    body = _json(raw) if raw else None
+    if (st, _code(body)) in {(503, "busy"), (503, "host_unavailable")} and hdrs.get("Retry-After"):
+        part.notes.append(f"{label}: {st} {_code(body)}: {body['error']['message'][:160]}")
+    else:
+        part.fail(f"{label}: {st} {raw[:300]!r}")
+    return False
+
+
+def part_state_faults(scale):
+    """The state database held by another process past lensboxd's busy timeout, and the state directory's filesystem
+    full (a 48 MiB tmpfs): each request gets a success or a documented 503 with its cause, nothing acknowledged is
+    lost, the database stays intact, and lensboxd serves again by itself once the cause goes."""
+    part = Part("faults: state")
+    d = Daemon(start=False, settings={"spare_sandboxes": "0"})
+    mounted = False
+    try:
+        os.makedirs(d.state, mode=0o700, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "lensbox-chaos", d.state], check=True)
+        mounted = True
+        d.start(timeout=60)
+        a, b, c = (d.name(x) for x in "abc")
+        st, h, raw = d.raw("PUT", f"/v1/sandboxes/{a}/files/keep.txt", b"acknowledged")
+        if st != 201:
+            part.fail(f"first upload: {st} {raw[:200]!r}")
+
+        # SQLite busy: another process holds the write lock for 7 s (lensboxd waits 5 s)
+        held, go = threading.Event(), threading.Event()
+
+        def hold():
+            db = sqlite3.connect(os.path.join(d.state, "state.db"), timeout=1, isolation_level=None)
+            db.execute("BEGIN EXCLUSIVE")
+            held.set()
+            go.wait(7)
+            db.execute("ROLLBACK")
+            db.close()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(10)
+        st, h, raw = d.raw("PUT", f"/v1/sandboxes/{b}", {}, timeout=60)
+        part.tries += 1
+        if _answer_ok(part, "a new sandbox while the database is held", st, h, raw, (200, 201)):
+            part.notes.append("a new sandbox while the database was held: created (lensboxd waited)")
+        go.set()
+        t.join()
+        st, h, raw = d.raw("PUT", f"/v1/sandboxes/{b}", {})
+        if st not in (200, 201):
+            part.fail(f"a new sandbox once the database is free: {st} {raw[:200]!r}")
+
+        # the state directory full
+        filler = os.path.join(d.state, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        for label, method, path, body, ok in (
+                ("a new sandbox", "PUT", f"/v1/sandboxes/{c}", {}, (200, 201)),
+                ("an upload to a new sandbox", "PUT", f"/v1/sandboxes/{c}/files/x.bin", os.urandom(200_000), (201,)),
+                ("a run", "POST", f"/v1/sandboxes/{a}/runs", {"language": "python", "source": "print(1)"}, (200,)),
+                ("a download", "GET", f"/v1/sandboxes/{a}/files/keep.txt", None, (200,))):
+            st, h, raw = d.raw(method, path, body, timeout=120)
+            part.tries += 1
+            _answer_ok(part, f"{label}, state directory full", st, h, raw, ok)
+        os.unlink(filler)
+        st, h, raw = d.raw("PUT", f"/v1/sandboxes/{c}/files/after.txt", b"after", timeout=120)
+        if st != 201:
+            part.fail(f"an upload once space is back: {st} {raw[:200]!r}")
+        st, h, raw = d.raw("POST", f"/v1/sandboxes/{c}/runs", {"language": "bash", "source": "cat after.txt"})
+        if st != 200 or (_json(raw) or {}).get("stdout") != "after":
+            part.fail(f"a run once space is back: {st} {raw[:200]!r}")
+        st, _, raw = d.raw("GET", f"/v1/sandboxes/{a}/files/keep.txt")
+        if (st, raw) != (200, b"acknowledged"):
+            part.fail(f"the upload acknowledged before the faults: {st} {raw[:100]!r}")
+        d.stop()
+        r = integrity(d)
+        if r != "ok":
+            part.fail(f"PRAGMA integrity_check after the faults: {r}")
+    finally:
+        if d.proc and d.proc.poll() is None:
+            d.stop()
+        part.leaks += [x for x in d.leaks(settle=5) if "lensbox-chaos" not in x]  # not the fault's own tmpfs
+        if mounted:
+            subprocess.run(["umount", "-l", d.state], check=False)
+        d.cleanup()
+    return part
+
+
 def table(parts):
     """The soak's table: one line a part."""
     rows = [("part", "tries", "failures", "leaks", "known", "p50 ms", "p99 ms")]

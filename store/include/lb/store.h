@@ -22,7 +22,8 @@
  *
  * Errors: every function returns 0 or a negative errno and, when err is non-NULL, fills it with a sentence.
  * -ENOENT: no such sandbox/run; -EEXIST: it already exists; -EINVAL: a bad argument (invalid name, oversized
- * string); -ENOSPC: the uid range is exhausted; -EIO: SQLite failed (the message carries SQLite's own).
+ * string); -EUSERS: the uid range is exhausted; -ENOSPC: the state directory's filesystem is full; -EBUSY: another
+ * process holds the database's lock past the busy timeout; -EIO: SQLite failed (the message carries SQLite's own).
  * ret_ out-parameters are written only on success.
  */
 #ifndef LB_STORE_H
@@ -185,7 +186,7 @@ int lb_store_sandbox_list(struct lb_store *s, enum lb_store_filter filter, enum 
 /* Ensures a row for name. When absent: allocates a host uid/gid, inserts {spec, digest, state stopped,
  * created_at = last_used_at = now_ms, runs 0} and sets *ret_created = true. When present: replaces spec and
  * image_digest only (uid, state, times and runs unchanged), *ret_created = false. Either way *ret is the row as
- * stored. digest may be NULL or "" (unknown). -ENOSPC when no uid is free. ret and ret_created may be NULL. */
+ * stored. digest may be NULL or "" (unknown). -EUSERS when no uid is free. ret and ret_created may be NULL. */
 int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_store_spec *spec, const char *digest,
 			 int64_t now_ms, struct lb_store_sandbox *ret, bool *ret_created, struct lb_error *err);
 
@@ -215,7 +216,7 @@ int lb_store_sandbox_delete(struct lb_store *s, const char *name, struct lb_erro
 /* ---- spares: host uids held by sandboxes started ahead of time (supervisor/spares.c) ---- */
 
 /* Takes the next free host uid (the allocator's walk, skipping sandboxes' and spares' uids) for a spare.
- * -ENOSPC when none is free. */
+ * -EUSERS when none is free. */
 int lb_store_spare_add(struct lb_store *s, int64_t now_ms, uint32_t *ret_uid, struct lb_error *err);
 /* Releases a spare's uid (its sandbox and storage are gone). -ENOENT when no spare holds it. */
 int lb_store_spare_remove(struct lb_store *s, uint32_t uid, struct lb_error *err);

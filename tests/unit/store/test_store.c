@@ -421,7 +421,7 @@ static void uids_are_unique_and_exhaust(void **state)
 	}
 	struct lb_store_spec sp = spec_of("img", "off");
 	struct lb_error err = { 0 };
-	assert_int_equal(lb_store_sandbox_put(f->s, "one-too-many", &sp, NULL, 9, NULL, NULL, &err), -ENOSPC);
+	assert_int_equal(lb_store_sandbox_put(f->s, "one-too-many", &sp, NULL, 9, NULL, NULL, &err), -EUSERS);
 	assert_non_null(strstr(err.msg, "200000-200007"));
 	/* the failed put left nothing behind */
 	struct lb_store_sandbox sb;
@@ -476,7 +476,7 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 		assert_int_not_equal(sb.host_uid, a);
 	}
 	uint32_t c = 0;
-	assert_int_equal(lb_store_spare_add(f->s, 20, &c, &err), -ENOSPC);
+	assert_int_equal(lb_store_spare_add(f->s, 20, &c, &err), -EUSERS);
 	assert_int_equal(lb_store_spare_remove(f->s, b, &err), 0);
 	assert_int_equal(lb_store_spare_remove(f->s, b, &err), -ENOENT);
 	put(f->s, "last", 21, &sb);
