@@ -720,6 +720,84 @@ def part_state_faults(scale):
     return part
 
 
+# ---- part 6: noisy neighbours ----
+
+NOISES = [  # name, language, source, what its result must say
+    ("fork bomb", "bash", "f() { f | f & }; f; sleep 30", lambda r: r.get("pids_limited") or r.get("timed_out")),
+    ("cpu spin", "python", "while True: pass", lambda r: r.get("timed_out")),
+    ("output flood 1 GB", "python",
+     "import sys\nb = b'x' * (1 << 20)\nfor _ in range(1024): sys.stdout.buffer.write(b)",
+     lambda r: r.get("stdout_truncated") and r.get("stdout_bytes", 0) >= 1 << 30),
+    ("disk fill", "bash", "dd if=/dev/zero of=fill bs=1M 2>&1; df -k . | tail -1",
+     lambda r: r.get("exit_code") != 0 or "No space" in r.get("stdout", "") + r.get("stderr", "")),
+    ("oom", "python", "a = []\nwhile True: a.append(bytearray(1 << 20))", lambda r: r.get("oom_killed")),
+]
+
+
+def part_noisy(scale):
+    """One sandbox (128 MiB memory, 64 MiB disk) runs each noise of NOISES for noise_seconds while another runs
+    `print(1)` over and over: the quiet sandbox's runs all succeed, each noise ends with its documented result, and
+    lensboxd's RSS stays flat. The quiet runs' p50 and p99 against the same runs with no noise are printed (the soak's
+    1.5x question); they are figures, not a verdict, on a shared machine."""
+    part = Part("noisy neighbours")
+    d = Daemon()
+    try:
+        quiet, noisy = d.name("quiet"), d.name("noisy")
+        st, body = d.request("PUT", f"/v1/sandboxes/{noisy}", {"memory": "128Mi", "disk": "64Mi"})
+        if st not in (200, 201):
+            part.fail(f"PUT {noisy}: {st} {body}")
+            return part
+
+        def warm_runs(until):
+            lat = []
+            while time.monotonic() < until:
+                t0 = time.monotonic()
+                st, r = d.run(quiet, "print(1)", timeout=120)
+                lat.append((time.monotonic() - t0) * 1000)
+                if st != 200 or r.get("stdout") != "1\n":
+                    part.fail(f"a quiet run beside the noise: {st} {str(r)[:200]}")
+            return lat
+
+        d.run(quiet, "print(1)")
+        d.run(noisy, "print(1)")
+        base = warm_runs(time.monotonic() + min(5.0, scale.noise_seconds))
+        part.latencies["quiet, alone"] = base
+        rss0 = proc_figures(d.proc.pid)[0]
+        peak = rss0
+        for name, lang, src, says in NOISES:
+            out = {}
+
+            def noise():
+                out["r"] = d.request("POST", f"/v1/sandboxes/{noisy}/runs",
+                                     {"language": lang, "source": src, "timeout_seconds": int(scale.noise_seconds)},
+                                     timeout=300)
+
+            t = threading.Thread(target=noise)
+            t.start()
+            time.sleep(0.5)
+            lat = []
+            while t.is_alive():
+                lat += warm_runs(time.monotonic() + 1)
+                peak = max(peak, proc_figures(d.proc.pid)[0])
+            t.join()
+            part.tries += 1
+            part.latencies[f"quiet, beside {name}"] = lat
+            st, r = out.get("r", (None, None))
+            if st != 200 or not says(r or {}):
+                part.fail(f"{name}: {st} {str(r)[:300]}")
+            elif lat and base:
+                part.notes.append(f"{name}: quiet p50 {pct(lat, 50) / pct(base, 50):.2f}x, p99 "
+                                  f"{pct(lat, 99) / pct(base, 99):.2f}x of alone ({len(lat)} runs)")
+        rss1 = proc_figures(d.proc.pid)[0]
+        part.notes.append(f"lensboxd RSS {rss0} KiB before the noises, {peak} KiB at most, {rss1} KiB after")
+        if peak > 2 * rss0 + 65536:
+            part.fail(f"lensboxd's RSS grew from {rss0} to {peak} KiB under the noise")
+    finally:
+        d.cleanup()
+    part.leaks += d.leaks(settle=5)
+    return part
+
+
 def table(parts):
     """The soak's table: one line a part."""
     rows = [("part", "tries", "failures", "leaks", "known", "p50 ms", "p99 ms")]
@@ -734,6 +812,9 @@ def table(parts):
 def report(p):
     lines = [f"{p.name}: {p.tries} tries"]
     for k, v in p.latencies.items():
+        if not v:
+            lines.append(f"  {k}: none")
+            continue
         lines.append(f"  {k}: p50 {pct(v, 50):.0f} ms, p99 {pct(v, 99):.0f} ms, worst {max(v):.0f} ms ({len(v)})")
     lines += [f"  note: {n}" for n in p.notes]
     lines += [f"  FAILURE: {f}" for f in p.failures]
