@@ -29,8 +29,9 @@ def test_lens_conversation_through_the_client(d):
     res = c.run(n, "python", "import csv\nrows = list(csv.reader(open('data.csv')))\nprint(len(rows))\n"
                 "open('out/summary.txt', 'w').write(str(rows))", files={"data.csv": b"a,b\n1,2\n3,4\n",
                                                                     "out/.keep": b""})
-    # ensure created it and the uploads started it, so the run itself found it running
-    assert res.ok and res.stdout == "3\n" and res.sandbox_created is False and res.sandbox_started is False
+    # ensure created it stopped; uploads write a stopped sandbox's storage without starting it,
+    # so the run itself starts it
+    assert res.ok and res.stdout == "3\n" and res.sandbox_created is False and res.sandbox_started is True
     assert res.message is None and len(res.id) == 26
 
     listing = c.files(n)
