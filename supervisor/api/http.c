@@ -97,11 +97,42 @@ static void log_request(struct conn_req *cr)
 		lb_info(fields, "request");
 }
 
+/* libmicrohttpd's reader of a streamed answer (priv_stream_read), on the connection's thread. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)pos;
+	ssize_t n = priv_stream_read(cls, buf, max);
+	if (n == -1)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static void stream_free(void *cls)
+{
+	priv_stream_close(cls);
+}
+
+/* A streamed answer: chunked ndjson read from the core's channel as it comes. */
+static struct MHD_Response *stream_response(struct lbd_api *d, struct MHD_Connection *conn, struct lbd_res *res)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct lbd_stream *s = ci ? priv_stream_open(d, res, ci->connect_fd) : NULL;
+	if (!s)
+		return NULL;
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, s,
+								   stream_free);
+	if (!r)
+		priv_stream_close(s);
+	return r;
+}
+
 static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
 {
 	struct lbd_res *res = &cr->res;
 	struct MHD_Response *r;
-	if (res->fd >= 0) {
+	if (res->has_channel) {
+		r = stream_response(d, conn, res);
+	} else if (res->fd >= 0) {
 		r = MHD_create_response_from_fd64(res->fd_size, res->fd);
 		if (r)
 			res->fd = -1; /* libmicrohttpd closes it with the response */
@@ -172,6 +203,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*con_cls = cr;
 		cr->start_ms = lbd_mono_ms();
 		cr->res.fd = -1;
+		cr->res.channel = -1;
 		cr->req.a = d;
 		cr->req.conn = conn;
 		cr->req.method = method;
@@ -300,6 +332,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	free(cr->res.body);
 	if (cr->res.fd >= 0)
 		close(cr->res.fd);
+	if (cr->res.has_channel) {
+		close(cr->res.channel);
+		atomic_fetch_sub(&d->in_flight, 1);
+	}
 	free(cr);
 	*con_cls = NULL;
 }
