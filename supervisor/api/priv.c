@@ -181,13 +181,14 @@ static char *progress_line(const struct lbp_progress *p, size_t *ret_len)
 }
 
 /* The REPLY's body (JSON, inline or in a file of bounded size) as the last line: newlines, which JSON allows only as
- * whitespace outside strings, become spaces. */
+ * whitespace outside strings, become spaces. An error object also gets the HTTP status the answer would have had
+ * without streaming ({"error": {...}, "status": 404}), since the stream's own status is 200 by then. */
 static char *reply_line(struct lbp_msg *m, size_t *ret_len)
 {
 	const struct lbp_reply *r = &m->u.reply;
-	if (r->body_len > 4 * LBP_INLINE_MAX)
+	if (r->body_len > 4 * LBP_INLINE_MAX || r->body_len < 2)
 		return NULL;
-	char *line = malloc(r->body_len + 2);
+	char *line = malloc(r->body_len + 32);
 	if (!line)
 		return NULL;
 	if (r->body_in_fd) {
@@ -198,12 +199,17 @@ static char *reply_line(struct lbp_msg *m, size_t *ret_len)
 	} else {
 		memcpy(line, m->u.raw + sizeof(*r), r->body_len);
 	}
-	for (size_t i = 0; i < r->body_len; i++)
+	size_t n = r->body_len;
+	for (size_t i = 0; i < n; i++)
 		if (line[i] == '\n' || line[i] == '\r')
 			line[i] = ' ';
-	line[r->body_len] = '\n';
-	line[r->body_len + 1] = '\0';
-	*ret_len = r->body_len + 1;
+	while (n > 1 && line[n - 1] == ' ')
+		n--;
+	if (r->status >= 400 && line[n - 1] == '}')
+		n += (size_t)snprintf(line + n - 1, 32, ",\"status\":%u}", r->status) - 1;
+	line[n] = '\n';
+	line[n + 1] = '\0';
+	*ret_len = n + 1;
 	return line;
 }
 

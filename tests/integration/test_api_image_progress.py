@@ -4,6 +4,7 @@ the error object as the last line; the same requests without the header answer o
 refusal is still a plain JSON error with its status; a client that hangs up mid-pull cancels it, and the store is
 left with no temporary tree, no partial blob, no image and no name. Nothing leaves the loopback interface."""
 
+import asyncio
 import json
 import os
 import sys
@@ -12,7 +13,11 @@ import time
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(HERE, ".."), HERE]
+SRC = os.environ.get("LENSBOX_SOURCE_DIR", os.path.join(HERE, "..", ".."))
+sys.path[:0] = [os.path.join(SRC, "clients", "python"), os.path.join(HERE, ".."), HERE]
+
+from lensbox_client import Client, SandboxError  # noqa: E402
+from lensbox_client.aio import AsyncClient  # noqa: E402
 
 from lensbox_testlib import oci  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon, UnixHTTPConnection  # noqa: E402
@@ -179,3 +184,75 @@ def test_import_streams_progress_then_the_image(tmp_path):
         conn, resp = open_stream(d, "/v1/images/import", {"path": str(tmp_path / "nosuch")})
         assert resp.status == 404 and json.loads(resp.read())["error"]["code"] == "path_not_found"
         conn.close()
+
+
+def wait_cancelled(d, ref, t0, seconds=20):
+    while time.monotonic() - t0 < seconds:
+        log = [ln for ln in d.read_log().splitlines() if f"image={ref}" in ln and "pulling the image failed" in ln]
+        if log:
+            return log[0], time.monotonic() - t0
+        time.sleep(0.05)
+    return None, time.monotonic() - t0
+
+
+def test_python_clients_report_progress_and_cancel(tmp_path):
+    """Client and AsyncClient pull_image/import_image with a progress callback get every step, then "done"; a
+    callback that raises (as Ctrl-C would) closes the connection and lensboxd cancels, leaving the store clean."""
+    lay = tmp_path / "lay"
+    digests = slow_layout(lay, 1 << 20)
+    big = digests["layers"][0]
+    big_size = os.path.getsize(oci.blob_path(str(lay), big))
+    slow = tmp_path / "slow"
+    slow_digests = slow_layout(slow, 4 << 20)
+    front = Front(str(lay), "127.0.0.1", auth=False, slow=True)
+    slow_front = Front(str(slow), "127.0.0.1", auth=False, slow=True)
+    images_dir = store_dir(tmp_path)
+    try:
+        settings = {"insecure_registries": f"{front.host}, {slow_front.host}"}
+        with Daemon(images_dir=images_dir, settings=settings) as d:
+            c = d.client()
+            steps = []
+            r = c.pull_image(f"{front.host}/lbtest/cli:1", progress=steps.append)
+            assert r.image.digest == digests["config"]
+            assert steps[0].phase == "resolving" and steps[-1].phase == "done", steps
+            down = [p for p in steps if p.phase == "downloading" and p.layer == big]
+            assert len(down) >= 4 and down[-1].done_bytes == big_size == down[-1].total_bytes, down
+            assert any(p.phase == "unpacking" and p.layer == big for p in steps), steps
+
+            # the async client, on an import this time, and its errors with the daemon's status
+            tiny = tmp_path / "tiny"
+            tiny_digests = tiny_layout(tiny, "aio-progress")
+
+            async def aio():
+                a = AsyncClient(d.socket)
+                got = []
+                res = await a.import_image(tiny, "lbtest/aio:1", progress=got.append)
+                with pytest.raises(SandboxError) as e:
+                    await a.pull_image("127.0.0.1:1/lbtest/none:1", progress=got.append)
+                await a.close()
+                return res, got, e.value
+            res, got, e = asyncio.run(aio())
+            assert res.image.digest == tiny_digests["config"]
+            assert [p.phase for p in got[:4]] == ["resolving", "unpacking", "unpacking", "done"], got
+            assert (e.status, e.code) == (502, "registry_error"), e
+
+            # a callback that raises mid-download: the pull is cancelled and nothing half-written stays
+            ref = f"{slow_front.host}/lbtest/stop:1"
+
+            class Stop(Exception):
+                pass
+
+            def stop_at_bytes(p):
+                if p.phase == "downloading" and p.done_bytes > 0:
+                    raise Stop
+
+            with pytest.raises(Stop):
+                c.pull_image(ref, progress=stop_at_bytes)
+            line, took = wait_cancelled(d, ref, time.monotonic())
+            assert line and "cancelled" in line, d.read_log()[-2000:]
+            assert [x for x in store_leftovers(images_dir) if "stop" in x or slow_digests["config"][7:] in x
+                    or x.startswith("tmp/") or x.endswith(".partial")] == []
+            assert ref not in [n for i in c.images() for n in i.names]
+    finally:
+        front.shutdown()
+        slow_front.shutdown()
