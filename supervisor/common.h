@@ -87,7 +87,8 @@ struct lbd_res {
 	uint64_t fd_size;
 	char log_fields[192]; /* extra "key=value" pairs for the access log line (run id...) */
 	/* The request's channel, when has_channel. In the core: where a pull's or import's progress goes before the
-	 * reply. In the API process: the channel of an answer streamed as it comes (http.c reads it, then closes it). */
+	 * reply. In the API process: the channel of an answer streamed as it comes (http.c reads it, then closes it).
+	 */
 	bool has_channel;
 	int channel;
 };

@@ -119,8 +119,8 @@ static struct MHD_Response *stream_response(struct lbd_api *d, struct MHD_Connec
 	struct lbd_stream *s = ci ? priv_stream_open(d, res, ci->connect_fd) : NULL;
 	if (!s)
 		return NULL;
-	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, s,
-								   stream_free);
+	struct MHD_Response *r =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, (size_t)16 * 1024, stream_reader, s, stream_free);
 	if (!r)
 		priv_stream_close(s);
 	return r;

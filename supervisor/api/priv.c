@@ -156,10 +156,10 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 struct lbd_stream {
 	struct lbd_api *a;
 	int channel;
-	int client_fd;	/* libmicrohttpd's; only polled */
-	char *pending;	/* bytes not yet handed to libmicrohttpd */
+	int client_fd; /* libmicrohttpd's; only polled */
+	char *pending; /* bytes not yet handed to libmicrohttpd */
 	size_t len, off;
-	bool ended;	/* pending holds the last line */
+	bool ended; /* pending holds the last line */
 	struct lbp_msg *m;
 };
 
@@ -186,7 +186,7 @@ static char *progress_line(const struct lbp_progress *p, size_t *ret_len)
 static char *reply_line(struct lbp_msg *m, size_t *ret_len)
 {
 	const struct lbp_reply *r = &m->u.reply;
-	if (r->body_len > 4 * LBP_INLINE_MAX || r->body_len < 2)
+	if (r->body_len > (uint64_t)4 * LBP_INLINE_MAX || r->body_len < 2)
 		return NULL;
 	char *line = malloc(r->body_len + 32);
 	if (!line)

@@ -286,7 +286,8 @@ void lbd_do_image_pull(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	if (r < 0) {
 		switch (r) {
 		case -ECANCELED:
-			lbd_res_error(res, 400, "cancelled", "The client went away: pulling %.300s was cancelled.", ref);
+			lbd_res_error(res, 400, "cancelled", "The client went away: pulling %.300s was cancelled.",
+				      ref);
 			break;
 		case -ENOENT:
 			lbd_res_error(res, 404, "image_not_found", "Pulling %.300s failed: %s", ref, err.msg);

@@ -401,8 +401,7 @@ int lbp_recv(int sock, struct lbp_msg *ret)
 	return r;
 }
 
-static int send_flags(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds,
-		      int flags)
+static int send_flags(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds, int flags)
 {
 	if (!type_known(type) || nfds > LBP_MAX_FDS || len > sizeof(struct lbp_reply) + LBP_INLINE_MAX)
 		return -EMSGSIZE;

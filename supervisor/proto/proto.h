@@ -167,14 +167,20 @@ struct lbp_image_import {
 /* One step of a pull or an import, sent while it runs when the request asked (progress = 1); the REPLY still ends
  * the request. A channel with progress is never reused: the API process closes it when the client goes, and the
  * core, seeing it closed, cancels the pull. */
-enum lbp_phase { LBP_PHASE_RESOLVING = 0, LBP_PHASE_DOWNLOADING, LBP_PHASE_EXTRACTING, LBP_PHASE_UNPACKING, LBP_PHASE_END };
+enum lbp_phase {
+	LBP_PHASE_RESOLVING = 0,
+	LBP_PHASE_DOWNLOADING,
+	LBP_PHASE_EXTRACTING,
+	LBP_PHASE_UNPACKING,
+	LBP_PHASE_END
+};
 #define LBP_LAYER_HEX 64
 struct lbp_progress {
 	uint32_t phase; /* enum lbp_phase */
 	uint32_t pad;
-	uint64_t done;			/* bytes; <= total when total is not 0 */
-	uint64_t total;			/* bytes; 0 when unknown */
-	char layer[LBP_LAYER_HEX + 8];	/* "" or 64 lowercase hex digits (the blob's sha256), NUL-padded */
+	uint64_t done;		       /* bytes; <= total when total is not 0 */
+	uint64_t total;		       /* bytes; 0 when unknown */
+	char layer[LBP_LAYER_HEX + 8]; /* "" or 64 lowercase hex digits (the blob's sha256), NUL-padded */
 };
 /* "resolving", "downloading", "extracting", "unpacking"; NULL out of range. */
 const char *lbp_phase_name(uint32_t phase);

@@ -166,13 +166,13 @@ static void progress_accepted_and_forged_refused(void **state)
 	struct lbp_progress bad[7];
 	for (size_t i = 0; i < 7; i++)
 		bad[i] = p;
-	bad[0].phase = LBP_PHASE_END;		  /* no such phase */
-	bad[1].pad = 1;				  /* padding must be zero */
-	bad[2].done = 11;			  /* more done than the total */
-	bad[3].layer[3] = 'G';			  /* not lowercase hex */
-	bad[4].layer[10] = '\0';		  /* neither "" nor 64 digits */
+	bad[0].phase = LBP_PHASE_END;			 /* no such phase */
+	bad[1].pad = 1;					 /* padding must be zero */
+	bad[2].done = 11;				 /* more done than the total */
+	bad[3].layer[3] = 'G';				 /* not lowercase hex */
+	bad[4].layer[10] = '\0';			 /* neither "" nor 64 digits */
 	memset(bad[5].layer, 'a', sizeof(bad[5].layer)); /* no NUL */
-	bad[6].layer[LBP_LAYER_HEX + 2] = 'x';	  /* bytes after the NUL */
+	bad[6].layer[LBP_LAYER_HEX + 2] = 'x';		 /* bytes after the NUL */
 	for (size_t i = 0; i < 7; i++)
 		assert_int_equal(forge(buf, frame(buf, LBP_PROGRESS, &bad[i], sizeof(bad[i]), 0), NULL, 0, &m),
 				 -EBADMSG);
