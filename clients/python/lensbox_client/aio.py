@@ -349,9 +349,9 @@ class AsyncClient:
             while b"\n" in pending:
                 line, _sep, rest = bytes(pending).partition(b"\n")
                 pending = bytearray(rest)
-                result = _stream_line(line, progress)
-                if result is not None:
-                    return result
+                final = _stream_line(line, progress)
+                if final is not None:
+                    return final
 
     async def _request(
         self, method: str, path: str, body: Body = None, *, timeout: Optional[float] = None

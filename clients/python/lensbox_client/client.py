@@ -726,9 +726,9 @@ class Client:
                     line = resp.readline(1 << 26)
                     if not line:
                         raise error_for(503, "daemon_unreachable", "lensboxd ended the stream before its result")
-                    result = _stream_line(line, progress)
-                    if result is not None:
-                        return result
+                    final = _stream_line(line, progress)
+                    if final is not None:
+                        return final
             except (OSError, http.client.HTTPException) as e:
                 raise error_for(
                     503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path}: {e}"
@@ -792,7 +792,8 @@ def _stream_line(line: bytes, progress: ProgressCallback) -> Optional[ImageResul
         return None
     if isinstance(d.get("error"), dict):
         e = d["error"]
-        status = d.get("status") if isinstance(d.get("status"), int) else 500
+        st = d.get("status")
+        status = st if isinstance(st, int) and not isinstance(st, bool) else 500
         raise error_for(status, str(e.get("code") or "internal"), str(e.get("message") or ""))
     result = _image_result_of(d)
     _report_done(progress, result)
