@@ -253,6 +253,27 @@ def test_python_clients_report_progress_and_cancel(tmp_path):
             assert [x for x in store_leftovers(images_dir) if "stop" in x or slow_digests["config"][7:] in x
                     or x.startswith("tmp/") or x.endswith(".partial")] == []
             assert ref not in [n for i in c.images() for n in i.names]
+
+            # an asyncio task cancelled mid-download: the same
+            ref = f"{slow_front.host}/lbtest/task:1"
+
+            async def cancel_task():
+                a = AsyncClient(d.socket)
+                started = asyncio.Event()
+
+                def seen(p):
+                    if p.phase == "downloading" and p.done_bytes > 0:
+                        started.set()
+                task = asyncio.create_task(a.pull_image(ref, progress=seen))
+                await asyncio.wait_for(started.wait(), 30)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await a.close()
+                return time.monotonic()
+            line, took = wait_cancelled(d, ref, asyncio.run(cancel_task()))
+            assert line and "cancelled" in line and took < 2.0, (took, d.read_log()[-2000:])
+            assert [x for x in store_leftovers(images_dir) if x.startswith("tmp/") or x.endswith(".partial")] == []
     finally:
         front.shutdown()
         slow_front.shutdown()
