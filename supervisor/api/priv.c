@@ -307,11 +307,13 @@ void priv_stream_close(struct lbd_stream *s)
 void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res)
 {
 	struct lbd_api *a = req->a;
+	atomic_fetch_add(&a->in_flight, 1); /* an orderly stop waits for this request too (lbd_http_stop) */
 	int ch = send_request(a, type, payload, len, fd);
 	if (ch < 0) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core cannot be reached (%s); it is restarting or has stopped.",
 			      strerror(-ch));
+		atomic_fetch_sub(&a->in_flight, 1);
 		return;
 	}
 	struct lbp_msg *m = malloc(sizeof(*m));
@@ -332,7 +334,7 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 			res->has_channel = true;
 			res->channel = ch;
 			ch = -1;
-			atomic_fetch_add(&a->in_flight, 1); /* until priv_stream_close */
+			atomic_fetch_add(&a->in_flight, 1); /* the stream's own: until priv_stream_close */
 		} else {
 			lbd_res_error(res, 500, "internal", "Out of memory.");
 		}
@@ -348,4 +350,5 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 	free(m);
 	if (ch >= 0)
 		close(ch);
+	atomic_fetch_sub(&a->in_flight, 1);
 }
