@@ -14,6 +14,10 @@
  * answered 413 before a byte of the body is read, a chunked body that grows past it is discarded and answered 413,
  * and all bodies held in memory at once are capped by body_memory (503 past it). Paths reach routes.c still
  * percent-encoded (the unescape callback is the identity) so a %00 or %2F can be refused, never silently cut.
+ *
+ * A streamed answer (ndjson progress of a pull or import, priv.c's priv_stream) is a chunked response whose reader
+ * callback blocks on the core's channel on the connection's own thread; its access-log line is written when the
+ * stream starts (status 200), the outcome being the stream's last line.
  */
 #include <errno.h>
 #include <microhttpd.h>

@@ -9,6 +9,12 @@
  * After a clean answer the channel is kept (up to LBD_API_IDLE_CHANNELS) for the next request; after anything else
  * it is closed. The reply is decoded by the same validating decoder the
  * core uses (proto.c); its body is passed on to the client as bytes, never parsed here.
+ *
+ * Streamed answers (priv_stream, a pull or import asked with Accept: application/x-ndjson): the core's PROGRESS
+ * messages, validated by that decoder, become ndjson lines this file formats from their fields (no byte of the
+ * core's is copied into a progress line); the REPLY's body is the last line (at most 256 KiB). Anything else from
+ * the core ends the stream with an error line. While waiting, the client's connection is polled for POLLHUP: a
+ * hang-up ends the stream, and closing the channel is what tells the core to cancel.
  */
 #include <errno.h>
 #include <poll.h>
