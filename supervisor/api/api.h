@@ -48,6 +48,7 @@ struct lbd_api {
 	int control_fd;
 	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
 	atomic_uint_fast64_t in_flight;	 /* requests waiting for the core's answer */
+	atomic_bool stopping;		 /* lbd_http_stop gave up waiting: streams end (their channels close) */
 	pthread_mutex_t channels_mu;	 /* guards the idle channels (priv.c) */
 	int idle_channels[LBD_API_IDLE_CHANNELS];
 	size_t n_idle;

@@ -386,6 +386,7 @@ void lbd_http_stop(struct lbd_http *h)
 		close(lfd);
 	for (int i = 0; i < 1600 && atomic_load(&h->a->in_flight) > 0; i++)
 		usleep(50 * 1000);
+	atomic_store(&h->a->stopping, true); /* a stream still waiting for the core ends within 1 s */
 	MHD_stop_daemon(h->mhd);
 	free(h);
 }

@@ -237,6 +237,8 @@ static int next_line(struct lbd_stream *s)
 		 * one (POLLIN) is not a hang-up. */
 		struct pollfd p[2] = { { .fd = s->channel, .events = POLLIN }, { .fd = s->client_fd, .events = 0 } };
 		int k = poll(p, 2, 1000);
+		if (atomic_load(&s->a->stopping))
+			return -1;
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 || (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))

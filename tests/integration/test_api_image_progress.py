@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -277,3 +278,29 @@ def test_python_clients_report_progress_and_cancel(tmp_path):
     finally:
         front.shutdown()
         slow_front.shutdown()
+
+
+def test_sigterm_lets_a_streamed_pull_finish(tmp_path):
+    """An orderly stop waits for requests in progress: a streamed pull goes on to its last line, then lensboxd
+    exits 0."""
+    lay = tmp_path / "lay"
+    digests = slow_layout(lay, 2 << 20)  # ~2.6 s at the front's pace
+    big = digests["layers"][0]
+    front = Front(str(lay), "127.0.0.1", auth=False, slow=True)
+    try:
+        with Daemon(images_dir=store_dir(tmp_path), settings={"insecure_registries": front.host}) as d:
+            conn, resp = open_stream(d, "/v1/images/pull", {"ref": f"{front.host}/lbtest/term:1"})
+            while True:
+                line = json.loads(resp.readline())
+                if line["phase"] == "downloading" and line["layer"] == big and line["done"] > 0:
+                    break
+            assert line["done"] < line["total"]
+            stopper = threading.Thread(target=lambda: setattr(d, "rc", d.stop(timeout=90)))
+            stopper.start()
+            *_, last = read_lines(resp)
+            conn.close()
+            stopper.join()
+            assert last["image"]["digest"] == digests["config"], last
+            assert d.rc == 0, d.read_log()[-2000:]
+    finally:
+        front.shutdown()
