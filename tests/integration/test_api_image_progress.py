@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.environ.get("LENSBOX_SOURCE_DIR", os.path.join(HERE, "..", ".."))
 sys.path[:0] = [os.path.join(SRC, "clients", "python"), os.path.join(HERE, ".."), HERE]
 
-from lensbox_client import Client, SandboxError  # noqa: E402
+from lensbox_client import SandboxError  # noqa: E402
 from lensbox_client.aio import AsyncClient  # noqa: E402
 
 from lensbox_testlib import oci  # noqa: E402
