@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import sys
+import tarfile
 import threading
 import time
 
@@ -180,6 +181,20 @@ def test_import_streams_progress_then_the_image(tmp_path):
         assert [(p["phase"], p["layer"], p["done"] == p["total"]) for p in progress[1:]] == [
             ("unpacking", layer, False), ("unpacking", layer, True)], progress
         assert last["image"]["digest"] == digests["config"], last
+
+        # the same layout as a tar: its blobs are extracted first
+        lay2 = tmp_path / "lay2"
+        digests2 = tiny_layout(lay2, "progress-import-tar")
+        archive = tmp_path / "lay2.tar"
+        with tarfile.open(archive, "w") as t:
+            for entry in sorted(os.listdir(lay2)):
+                t.add(lay2 / entry, arcname=entry)
+        conn, resp = open_stream(d, "/v1/images/import", {"path": str(archive)})
+        *progress, last = read_lines(resp)
+        conn.close()
+        assert [p["phase"] for p in progress] == ["resolving", "extracting", "unpacking", "unpacking"], progress
+        assert progress[1]["total"] == os.path.getsize(archive) and progress[1]["layer"] is None, progress
+        assert last["image"]["digest"] == digests2["config"], last
 
         # a path that is not there: refused by the core before anything starts, the plain 404
         conn, resp = open_stream(d, "/v1/images/import", {"path": str(tmp_path / "nosuch")})
