@@ -282,6 +282,11 @@ void lbd_do_image_pull(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	uint64_t ms = 0;
 	struct progress_watch w = { .channel = res->channel, .last_phase = LBP_PHASE_END };
 	bool watched = m->u.pull.progress && res->has_channel;
+	if (watched) {
+		/* The stream starts now, also for a pull that waits for another of the same reference first. */
+		struct lb_image_progress start = { .phase = LB_IMAGE_RESOLVING, .layer_hex = "" };
+		(void)watch_progress(&start, &w);
+	}
 	int r = lbd_image_pull_watched(d, ref, watched ? watch_progress : NULL, &w, &info, &ms, &err);
 	if (r < 0) {
 		switch (r) {

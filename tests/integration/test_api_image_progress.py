@@ -319,3 +319,33 @@ def test_sigterm_lets_a_streamed_pull_finish(tmp_path):
             assert d.rc == 0, d.read_log()[-2000:]
     finally:
         front.shutdown()
+
+
+def test_a_pull_waiting_for_another_of_its_reference_streams_too(tmp_path):
+    """Two streamed pulls of one reference at once: the second waits for the first (one download), and both answer
+    ndjson, starting with `resolving` and ending with the image."""
+    lay = tmp_path / "lay"
+    digests = slow_layout(lay, 1 << 20)
+    front = Front(str(lay), "127.0.0.1", auth=False, slow=True)
+    try:
+        with Daemon(images_dir=store_dir(tmp_path), settings={"insecure_registries": front.host}) as d:
+            ref = f"{front.host}/lbtest/twice:1"
+            results = []
+
+            def one():
+                conn, resp = open_stream(d, "/v1/images/pull", {"ref": ref})
+                results.append((resp.getheader("Content-Type"), read_lines(resp)))
+                conn.close()
+            threads = [threading.Thread(target=one) for _ in range(2)]
+            for t in threads:
+                t.start()
+                time.sleep(0.2)
+            for t in threads:
+                t.join()
+            assert [ct for ct, _ in results] == ["application/x-ndjson"] * 2, results
+            for _, lines in results:
+                assert lines[0]["phase"] == "resolving" and lines[-1]["image"]["digest"] == digests["config"], lines
+            big = digests["layers"][0]
+            assert sum(1 for path, _ in front.requests if path.endswith("/blobs/" + big)) == 1, front.requests
+    finally:
+        front.shutdown()
