@@ -143,6 +143,9 @@ struct lbd_stream *priv_stream_open(struct lbd_api *a, struct lbd_res *res, int 
 /* Up to max bytes of ndjson into buf: > 0 bytes, -1 at the end (the final object was sent), -2 when the client went
  * away or the stream broke (the connection is then closed, and closing the channel cancels the core's work). */
 ssize_t priv_stream_read(struct lbd_stream *s, char *buf, size_t max);
+/* The stream's outcome: the final answer's status (an error's, though the client saw 200), 0 when it never came
+ * (the client hung up, or the API process stopped). */
+int priv_stream_status(const struct lbd_stream *s);
 void priv_stream_close(struct lbd_stream *s);
 
 /* ---- ask_*.c: one per route ---- */

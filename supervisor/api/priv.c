@@ -166,6 +166,7 @@ struct lbd_stream {
 	char *pending; /* bytes not yet handed to libmicrohttpd */
 	size_t len, off;
 	bool ended; /* pending holds the last line */
+	int status; /* the outcome: the REPLY's status, 502/503 for a broken core, 0 while unknown */
 	struct lbp_msg *m;
 };
 
@@ -252,11 +253,13 @@ static int next_line(struct lbd_stream *s)
 		} else if (r == 0 && s->m->hdr.type == LBP_REPLY) {
 			line = reply_line(s->m, &s->len);
 			s->ended = true;
+			s->status = (int)s->m->u.reply.status;
 		} else {
 			line = error_line(r == -ENODATA || r == -ECONNRESET ? "core_unavailable" : "core_error",
 					  "lensboxd's core ended or sent something malformed before it answered.",
 					  &s->len);
 			s->ended = true;
+			s->status = r == -ENODATA || r == -ECONNRESET ? 503 : 502;
 		}
 		if (r == 0)
 			lbp_msg_clear(s->m);
@@ -299,6 +302,11 @@ ssize_t priv_stream_read(struct lbd_stream *s, char *buf, size_t max)
 	memcpy(buf, s->pending + s->off, n);
 	s->off += n;
 	return (ssize_t)n;
+}
+
+int priv_stream_status(const struct lbd_stream *s)
+{
+	return s->status;
 }
 
 void priv_stream_close(struct lbd_stream *s)

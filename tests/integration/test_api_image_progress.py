@@ -113,6 +113,11 @@ def test_pull_streams_progress_then_the_image(tmp_path):
             conn.close()
             assert progress and all(p["phase"] == "resolving" for p in progress), progress
             assert last["error"]["code"] == "registry_error" and "nosuch" in last["error"]["message"], last
+            assert last["status"] == 502, last
+            t0 = time.monotonic()  # the stream's log line comes as libmicrohttpd ends the response, just after
+            while not any("stream failed" in ln and "status=502" in ln for ln in d.read_log().splitlines()):
+                assert time.monotonic() - t0 < 5, d.read_log()[-2000:]
+                time.sleep(0.05)
 
             # refused before anything starts: the plain JSON error with its status, as without the header
             conn, resp = open_stream(d, "/v1/images/pull", {"ref": "sha256:" + "0" * 64})
@@ -154,6 +159,13 @@ def test_hanging_up_cancels_the_pull_and_leaves_the_store_clean(tmp_path):
             log = cancelled()
             assert log and "cancelled" in log[0], d.read_log()[-3000:]
             assert took < 2.0, f"the pull went on {took:.2f} s after the client left"
+            # the access log's second line for the stream says how it ended
+            t0 = time.monotonic()
+            while not [ln for ln in d.read_log().splitlines() if "stream cancelled by the client" in ln]:
+                assert time.monotonic() - t0 < 5, d.read_log()[-2000:]
+                time.sleep(0.05)
+            ended = [ln for ln in d.read_log().splitlines() if "stream cancelled by the client" in ln]
+            assert ended and "path=/v1/images/pull" in ended[0] and "status=0" in ended[0], d.read_log()[-2000:]
             assert store_leftovers(images_dir) == [], store_leftovers(images_dir)
             assert not os.path.exists(os.path.join(images_dir, "layout", "blobs", "sha256", big[7:]))
             status, body = d.request("GET", "/v1/images")
