@@ -90,6 +90,11 @@ struct lbd_res {
 	int fd; /* >= 0: send this regular file instead of body (whoever sends it closes it) */
 	uint64_t fd_size;
 	char log_fields[192]; /* extra "key=value" pairs for the access log line (run id...) */
+	/* The request's channel, when has_channel. In the core: where a pull's or import's progress goes before the
+	 * reply. In the API process: the channel of an answer streamed as it comes (http.c reads it, then closes it).
+	 */
+	bool has_channel;
+	int channel;
 };
 
 /* The seconds a client should wait before trying again after an error answer (the Retry-After header), or 0 when

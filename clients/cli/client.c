@@ -23,7 +23,43 @@ struct sink {
 	bool write_failed;
 	long status; /* known once headers are in */
 	CURL *curl;
+	bool cancelled;
 };
+
+/* Line mode: hands each complete line of res->body to on_line and keeps only the incomplete rest. */
+static bool take_lines(struct sink *s)
+{
+	char *body = s->res->body;
+	size_t start = 0;
+	for (char *nl; (nl = memchr(body + start, '\n', s->got - start));) {
+		size_t len = (size_t)(nl - (body + start));
+		*nl = '\0';
+		if (s->req->on_line(body + start, len, s->req->line_ud)) {
+			s->cancelled = true;
+			return false;
+		}
+		start += len + 1;
+	}
+	memmove(body, body + start, s->got - start);
+	s->got -= start;
+	body[s->got] = '\0';
+	s->res->len = s->got;
+	return true;
+}
+
+static int on_xfer(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	struct sink *s = arg;
+	if (s->req->cancel && *s->req->cancel) {
+		s->cancelled = true;
+		return 1; /* aborts: the connection closes, and lensboxd cancels what it was doing for it */
+	}
+	return 0;
+}
 
 static size_t on_data(char *data, size_t size, size_t n, void *arg)
 {
@@ -57,6 +93,8 @@ static size_t on_data(char *data, size_t size, size_t n, void *arg)
 	s->got += len;
 	s->res->body[s->got] = '\0';
 	s->res->len = s->got;
+	if (s->req->on_line && status >= 200 && status < 300 && !take_lines(s))
+		return 0;
 	return len;
 }
 
@@ -103,7 +141,9 @@ int lbc_http(const char *socket_path, const struct lbc_request *req, struct lbc_
 	}
 	struct sink s = { .res = res, .req = req, .curl = curl };
 	struct curl_slist *headers = NULL;
-	headers = curl_slist_append(headers, "Accept: application/json");
+	char accept[128];
+	snprintf(accept, sizeof(accept), "Accept: %s", req->accept ? req->accept : "application/json");
+	headers = curl_slist_append(headers, accept);
 	headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip on uploads */
 	char ctype[128];
 	if (req->body) {
@@ -121,6 +161,11 @@ int lbc_http(const char *socket_path, const struct lbc_request *req, struct lbc_
 	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &s);
 	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, 10L);
+	if (req->cancel) {
+		curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_xfer);
+		curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &s);
+		curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (req->timeout_seconds > 0)
 		curl_easy_setopt(curl, CURLOPT_TIMEOUT, req->timeout_seconds);
 	if (strcmp(req->method, "GET") == 0) {
@@ -136,6 +181,11 @@ int lbc_http(const char *socket_path, const struct lbc_request *req, struct lbc_
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(curl);
 
+	if (s.cancelled) {
+		snprintf(res->code, sizeof(res->code), "cancelled");
+		snprintf(res->error, sizeof(res->error), "cancelled");
+		return -1;
+	}
 	if (s.too_large) {
 		snprintf(res->code, sizeof(res->code), "too_large");
 		snprintf(res->error, sizeof(res->error), "the answer is larger than %zu bytes", req->max_response);

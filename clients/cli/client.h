@@ -32,6 +32,14 @@ struct lbc_request {
 	size_t max_response;	  /* refuse (code too_large) past this many bytes */
 	FILE *sink;	      /* non-NULL: a 2xx body is written here instead of kept (max_response still applies) */
 	long timeout_seconds; /* 0: none */
+	/* Line mode (a streamed answer, application/x-ndjson): accept is the Accept header (NULL: application/json);
+	 * each complete line of a 2xx body goes to on_line (without its newline, NUL-terminated), and is not kept in
+	 * res->body; max_response then bounds one line. on_line returning nonzero stops the transfer (code
+	 * "cancelled"), as does *cancel becoming nonzero (a signal handler's flag), checked at least once a second. */
+	const char *accept;
+	int (*on_line)(const char *line, size_t len, void *ud);
+	void *line_ud;
+	const volatile int *cancel;
 };
 
 /* Sends req to the socket. Returns 0 when lensboxd answered 2xx; otherwise -1 with res->error/code filled (and

@@ -4,13 +4,17 @@
  *
  * Runs in the CLI process with the invoking user's privileges. Names and values shown come from lensboxd (and, for
  * image names and Env, from an image's author): they go through lbc_term_safe() before reaching a terminal.
- * lensboxd reports no progress during a pull, so `image pull` says that it started (on a terminal) and prints the
- * result when the pull is done.
+ * `image pull` and `image import` (without --json) ask for lensboxd's streamed progress (application/x-ndjson) and
+ * show it on stderr: on a terminal one bar per layer, redrawn in place; otherwise one plain line when a layer starts
+ * a phase and one when it ends. Ctrl-C closes the connection, which makes lensboxd cancel the pull and remove what
+ * it had started; the command then exits 130.
  */
 #include "image.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +111,160 @@ static int request(const struct lbc_image_opts *o, const char *method, const cha
 	return 0;
 }
 
+/* ---- streamed progress ---- */
+
+#define VIEW_ROWS 64
+
+/* What the progress display knows: one row per (layer or whole-image) step, in order of first appearance. */
+struct progress_view {
+	bool tty;
+	int drawn; /* rows on screen (tty) */
+	size_t n;
+	struct {
+		char layer[80]; /* "sha256:..." or "" */
+		char phase[16];
+		uint64_t done, total;
+	} rows[VIEW_ROWS];
+	char *final; /* the last line: the result or the error object */
+};
+
+static volatile int interrupted;
+
+static void on_sigint(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void row_text(const struct progress_view *v, size_t i, char *buf, size_t size)
+{
+	char done[32], total[32], bar[32], sd[16];
+	const char *layer = v->rows[i].layer[0] ? short_digest(v->rows[i].layer, sd, sizeof(sd)) : "image";
+	lbc_format_bytes(v->rows[i].done, done, sizeof(done));
+	if (!v->rows[i].total) {
+		if (v->tty)
+			snprintf(buf, size, "%-12s %-11s", layer, v->rows[i].phase);
+		else
+			snprintf(buf, size, "%s %s", v->rows[i].phase, layer);
+		return;
+	}
+	lbc_format_bytes(v->rows[i].total, total, sizeof(total));
+	size_t fill = (size_t)(v->rows[i].done * 30 / v->rows[i].total);
+	for (size_t k = 0; k < 30; k++)
+		bar[k] = k < fill ? '#' : '.';
+	bar[30] = '\0';
+	if (v->tty)
+		snprintf(buf, size, "%-12s %-11s [%s] %s / %s", layer, v->rows[i].phase, bar, done, total);
+	else
+		snprintf(buf, size, "%s %s %s / %s", v->rows[i].phase, layer, done, total);
+}
+
+static void show(struct progress_view *v, size_t changed, bool started)
+{
+	char text[256];
+	if (!v->tty) {
+		/* plain lines: a step's start and its end, nothing in between (logs stay short) */
+		bool ended = v->rows[changed].total && v->rows[changed].done == v->rows[changed].total;
+		if (!started && !ended)
+			return;
+		row_text(v, changed, text, sizeof(text));
+		_cleanup_free_ char *safe = lbc_term_safe(text, strlen(text), false);
+		fprintf(stderr, "%s\n", safe ? safe : "");
+		return;
+	}
+	if (v->drawn)
+		fprintf(stderr, "\033[%dA", v->drawn);
+	for (size_t i = 0; i < v->n; i++) {
+		row_text(v, i, text, sizeof(text));
+		_cleanup_free_ char *safe = lbc_term_safe(text, strlen(text), false);
+		fprintf(stderr, "\r\033[K%s\n", safe ? safe : "");
+	}
+	v->drawn = (int)v->n;
+	fflush(stderr);
+}
+
+/* lbc_request.on_line: a progress step updates its row; any other line is the final object, kept. */
+static int on_progress_line(const char *line, size_t len, void *ud)
+{
+	struct progress_view *v = ud;
+	(void)len;
+	yajl_val root = yajl_tree_parse(line, NULL, 0);
+	const char *phase = lbc_jstr(root, "phase", NULL);
+	if (!phase) {
+		free(v->final);
+		v->final = strdup(line);
+		yajl_tree_free(root);
+		return v->final ? 0 : 1;
+	}
+	const char *layer = lbc_jstr(root, "layer", "");
+	size_t i = 0;
+	while (i < v->n && strcmp(v->rows[i].layer, layer) != 0)
+		i++;
+	bool started = i == v->n || strcmp(v->rows[i].phase, phase) != 0;
+	if (i == v->n && v->n < VIEW_ROWS)
+		snprintf(v->rows[v->n++].layer, sizeof(v->rows[0].layer), "%s", layer);
+	if (i < v->n) {
+		snprintf(v->rows[i].phase, sizeof(v->rows[i].phase), "%s", phase);
+		v->rows[i].done = (uint64_t)lbc_jint(root, "done", 0);
+		v->rows[i].total = (uint64_t)lbc_jint(root, "total", 0);
+		show(v, i, started);
+	}
+	yajl_tree_free(root);
+	return 0;
+}
+
+/* A pull or an import with progress shown as it comes; the final object into *ret_root. 0, or the exit status. */
+static int request_streamed(const struct lbc_image_opts *o, const char *path, const char *body, yajl_val *ret_root)
+{
+	struct progress_view v = { .tty = isatty(STDERR_FILENO) };
+	struct lbc_request req = { .method = "POST",
+				   .path = path,
+				   .body = body,
+				   .body_len = strlen(body),
+				   .content_type = "application/json",
+				   .max_response = IMAGE_JSON_MAX,
+				   .timeout_seconds = PULL_TIMEOUT_S,
+				   .accept = "application/x-ndjson",
+				   .on_line = on_progress_line,
+				   .line_ud = &v,
+				   .cancel = &interrupted };
+	struct sigaction sa = { .sa_handler = on_sigint }, old;
+	sigemptyset(&sa.sa_mask);
+	interrupted = 0;
+	sigaction(SIGINT, &sa, &old);
+	struct lbc_response res;
+	int r = lbc_http(o->socket, &req, &res);
+	sigaction(SIGINT, &old, NULL);
+	if (r < 0 && strcmp(res.code, "cancelled") == 0) {
+		fprintf(stderr, "lensbox: cancelled; lensboxd stops and removes what it had started\n");
+		lbc_response_free(&res);
+		free(v.final);
+		return 130;
+	}
+	if (r < 0) {
+		int status = fail_response(&res);
+		lbc_response_free(&res);
+		free(v.final);
+		return status;
+	}
+	/* A lensboxd that did not stream answers one JSON object: it is the whole body. */
+	char *final = v.final ? v.final : (res.len ? strdup(res.body) : NULL);
+	lbc_response_free(&res);
+	yajl_val root = final ? yajl_tree_parse(final, NULL, 0) : NULL;
+	free(final);
+	yajl_val e = lbc_jget(root, "error");
+	if (!root || e) {
+		struct lbc_response er = { .status = lbc_jint(root, "status", 502) };
+		snprintf(er.code, sizeof(er.code), "%s", e ? lbc_jstr(e, "code", "error") : "bad_response");
+		snprintf(er.error, sizeof(er.error), "%s",
+			 e ? lbc_jstr(e, "message", "") : "lensboxd's stream ended without a result");
+		yajl_tree_free(root);
+		return fail_response(&er);
+	}
+	*ret_root = root;
+	return 0;
+}
+
 /* JSON body {"key": value, ...} with string values (NULL values left out), generated by yajl. */
 static char *json_body(const char *k1, const char *v1, const char *k2, const char *v2)
 {
@@ -157,13 +315,10 @@ static int cmd_pull(const struct lbc_image_opts *o, int argc, char **argv)
 	_cleanup_free_ char *body = json_body("ref", argv[0], NULL, NULL);
 	if (!body)
 		return 1;
-	if (!o->json && isatty(STDERR_FILENO)) {
-		_cleanup_free_ char *safe = lbc_term_safe(argv[0], strlen(argv[0]), false);
-		fprintf(stderr, "pulling %s (lensboxd reports when it is done)...\n", safe ? safe : "");
-	}
 	yajl_val root = NULL;
-	bool handled;
-	int status = request(o, "POST", "/v1/images/pull", body, PULL_TIMEOUT_S, &root, &handled);
+	bool handled = false;
+	int status = o->json ? request(o, "POST", "/v1/images/pull", body, PULL_TIMEOUT_S, &root, &handled)
+			     : request_streamed(o, "/v1/images/pull", body, &root);
 	if (status || handled)
 		return status;
 	print_image_summary("pulled", root);
@@ -185,8 +340,9 @@ static int cmd_import(const struct lbc_image_opts *o, int argc, char **argv)
 	if (!body)
 		return 1;
 	yajl_val root = NULL;
-	bool handled;
-	int status = request(o, "POST", "/v1/images/import", body, PULL_TIMEOUT_S, &root, &handled);
+	bool handled = false;
+	int status = o->json ? request(o, "POST", "/v1/images/import", body, PULL_TIMEOUT_S, &root, &handled)
+			     : request_streamed(o, "/v1/images/import", body, &root);
 	if (status || handled)
 		return status;
 	print_image_summary("imported", root);

@@ -21,7 +21,12 @@ struct lb_images {
 	char *root;
 	int rootfd; /* O_PATH|O_DIRECTORY on root */
 	struct lb_image_limits limits;
+	lb_image_watch_fn watch; /* lb_images_watch; NULL: none */
+	void *watch_ud;
 };
+
+/* Tells the watcher (if any); nonzero when it asks to cancel. */
+int lbi_watch(struct lb_images *s, enum lb_image_phase phase, const char *layer_hex, uint64_t done, uint64_t total);
 
 /* ---- digest.c ---- */
 

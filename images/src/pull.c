@@ -53,6 +53,7 @@ struct puller {
 	char basic[1024];	   /* base64 user:password from the credentials file, "" when none */
 	int layoutfd;
 	struct lb_error *err;
+	bool cancelled; /* the store's watcher asked to stop */
 };
 
 /* ---- small helpers ---- */
@@ -441,6 +442,10 @@ static size_t dl_write(char *ptr, size_t size, size_t n, void *ud)
 	d->got += len;
 	if (d->p->o && d->p->o->progress)
 		d->p->o->progress(d->b->hex, d->start + d->got, d->b->size, d->p->o->progress_ud);
+	if (lbi_watch(d->p->s, LB_IMAGE_DOWNLOADING, d->b->hex, d->start + d->got, d->b->size)) {
+		d->p->cancelled = true;
+		return 0; /* libcurl ends the transfer with CURLE_WRITE_ERROR */
+	}
 	return len;
 }
 
@@ -653,10 +658,24 @@ static int download_blobs(struct puller *p, const struct lbi_blob *blobs, size_t
 				done++;
 			}
 		}
+		if (r == 0 && !p->cancelled && lbi_watch(p->s, LB_IMAGE_DOWNLOADING, NULL, 0, 0))
+			p->cancelled = true; /* checked even while a registry sends nothing */
+		if (p->cancelled) {
+			r = lb_error_setx(p->err, ECANCELED, "cancelled while downloading");
+			break;
+		}
 		if (r == 0 && running > 0)
-			curl_multi_poll(m, NULL, 0, 1000, NULL);
+			curl_multi_poll(m, NULL, 0, 250, NULL);
 	}
+	if (p->cancelled)
+		r = lb_error_setx(p->err, ECANCELED, "cancelled while downloading");
 	for (size_t i = 0; i < n; i++) {
+		if (dls[i].fd >= 0 && p->cancelled) {
+			/* A cancelled pull leaves no partial blob (we hold its lock, so no other pull writes it). */
+			char partial[120];
+			snprintf(partial, sizeof(partial), "blobs/sha256/%s.partial", dls[i].b->hex);
+			unlinkat(p->layoutfd, partial, 0);
+		}
 		if (dls[i].c) {
 			curl_multi_remove_handle(m, dls[i].c);
 			curl_easy_cleanup(dls[i].c);
@@ -738,6 +757,8 @@ int lb_image_pull(struct lb_images *s, const char *refstr, const struct lb_pull_
 	char hex[65], want[65];
 	uint64_t size = 0;
 	bool index = false;
+	if (lbi_watch(s, LB_IMAGE_RESOLVING, "", 0, 0))
+		return lb_error_setx(err, ECANCELED, "pulling %s: cancelled", p.ref.full);
 	const char *what = p.ref.digest[0] ? p.ref.digest : p.ref.tag;
 	bool by_digest = p.ref.digest[0] && lbi_digest_hex(p.ref.digest, want) == 0;
 	r = fetch_manifest(&p, what, by_digest ? want : NULL, hex, &size, &index);

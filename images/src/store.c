@@ -164,6 +164,20 @@ void lb_images_free(struct lb_images *s)
 	free(s);
 }
 
+void lb_images_watch(struct lb_images *s, lb_image_watch_fn fn, void *userdata)
+{
+	s->watch = fn;
+	s->watch_ud = userdata;
+}
+
+int lbi_watch(struct lb_images *s, enum lb_image_phase phase, const char *layer_hex, uint64_t done, uint64_t total)
+{
+	if (!s->watch)
+		return 0;
+	struct lb_image_progress p = { .phase = phase, .layer_hex = layer_hex, .done = done, .total = total };
+	return s->watch(&p, s->watch_ud);
+}
+
 /* ---- image.json ---- */
 
 static int gen_str(yajl_gen g, const char *s)
@@ -485,6 +499,8 @@ static int unpack_plan(struct lb_images *s, int layoutfd, const struct lbi_plan 
 			snprintf(what, sizeof(what), "layer %zu (sha256:%.64s)", i, ly->digest_hex);
 		else
 			snprintf(what, sizeof(what), "layer %zu (%.100s)", i, ly->path);
+		if (lbi_watch(s, LB_IMAGE_UNPACKING, ly->digest_hex, 0, ly->size))
+			return lb_error_setx(err, ECANCELED, "cancelled before %s", what);
 		_cleanup_close_ int bfd = lbi_open_in_root(layoutfd, ly->path, O_RDONLY, 0);
 		if (bfd < 0)
 			return lb_error_set(err, bfd, "%s: opening the blob", what);
@@ -504,6 +520,8 @@ static int unpack_plan(struct lb_images *s, int layoutfd, const struct lbi_plan 
 		int r = lbi_layer_apply(treefd, bfd, ly->diff_hex, what, &s->limits, &st, err);
 		if (r < 0)
 			return r;
+		if (lbi_watch(s, LB_IMAGE_UNPACKING, ly->digest_hex, ly->size, ly->size))
+			return lb_error_setx(err, ECANCELED, "cancelled after %s", what);
 	}
 	bool py = has_program(treefd, p->env, "python3"), sh = has_program(treefd, p->env, "bash");
 	int r = write_image_json(dirfd, p, &st, py, sh);
@@ -588,6 +606,8 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 	_cleanup_close_ int layoutfd = -1;
 	struct lbi_plan plan = { 0 };
 	int r;
+	if (lbi_watch(s, LB_IMAGE_RESOLVING, "", 0, 0))
+		return lb_error_setx(err, ECANCELED, "importing %s: cancelled", path);
 	if (S_ISDIR(st.st_mode)) {
 		layoutfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (layoutfd < 0)
@@ -612,6 +632,10 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 	if (r < 0)
 		goto out;
 	if (stage[0] && !image_present(s, plan.config_hex)) {
+		if (lbi_watch(s, LB_IMAGE_EXTRACTING, "", 0, (uint64_t)st.st_size)) {
+			r = lb_error_setx(err, ECANCELED, "importing %s: cancelled", path);
+			goto out;
+		}
 		r = lbi_source_extract(path, layoutfd, s->limits.max_json_bytes, true, &s->limits, err);
 		if (r < 0)
 			goto out;

@@ -48,6 +48,7 @@ struct lbd_api {
 	int control_fd;
 	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
 	atomic_uint_fast64_t in_flight;	 /* requests waiting for the core's answer */
+	atomic_bool stopping;		 /* lbd_http_stop gave up waiting: streams end (their channels close) */
 	pthread_mutex_t channels_mu;	 /* guards the idle channels (priv.c) */
 	int idle_channels[LBD_API_IDLE_CHANNELS];
 	size_t n_idle;
@@ -131,6 +132,21 @@ int lbd_json_spec(const struct lbd_config *cfg, yajl_val obj, struct lbd_spec_re
  * for the answer, which fills res (status, body or an fd to send, content type, log fields). Never fails: when the
  * core cannot be reached or answers something malformed, res is a 503 or 502 error saying so. */
 void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res);
+/* As priv_call for a pull or import that asked for progress: waits for the core's first message. A REPLY (an early
+ * refusal) fills res as priv_call does. A PROGRESS makes res a stream: status 200, application/x-ndjson, body the
+ * first line, has_channel with the channel, which http.c then reads with priv_stream_* until the REPLY. */
+void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res);
+/* A streamed answer being read: the channel, the client's connection (watched for a hang-up) and pending bytes. */
+struct lbd_stream;
+/* Takes res's channel and body; NULL when out of memory (res keeps them). */
+struct lbd_stream *priv_stream_open(struct lbd_api *a, struct lbd_res *res, int client_fd);
+/* Up to max bytes of ndjson into buf: > 0 bytes, -1 at the end (the final object was sent), -2 when the client went
+ * away or the stream broke (the connection is then closed, and closing the channel cancels the core's work). */
+ssize_t priv_stream_read(struct lbd_stream *s, char *buf, size_t max);
+/* The stream's outcome: the final answer's status (an error's, though the client saw 200), 0 when it never came
+ * (the client hung up, or the API process stopped). */
+int priv_stream_status(const struct lbd_stream *s);
+void priv_stream_close(struct lbd_stream *s);
 
 /* ---- ask_*.c: one per route ---- */
 void lbd_ask_health(struct lbd_req *req, struct lbd_res *res);

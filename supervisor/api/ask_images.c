@@ -14,6 +14,13 @@
 #include "api.h"
 #include "lb/cleanup.h"
 
+/* The client asked for progress as it comes: Accept names application/x-ndjson. */
+static bool wants_progress(struct lbd_req *req)
+{
+	const char *accept = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+	return accept && strstr(accept, "application/x-ndjson");
+}
+
 static bool ref_checked(const char *ref, struct lbd_res *res)
 {
 	if (ref && lbd_image_ref_valid(ref))
@@ -71,9 +78,12 @@ void lbd_ask_image_pull(struct lbd_req *req, struct lbd_res *res)
 		lbd_res_error(res, 422, "invalid_value",
 			      "A pull needs a name (registry/name:tag or @sha256:...), not a bare digest.");
 	else {
-		struct lbp_image_pull w = { .pin = vpin && YAJL_IS_TRUE(vpin) };
+		struct lbp_image_pull w = { .pin = vpin && YAJL_IS_TRUE(vpin), .progress = wants_progress(req) };
 		snprintf(w.ref, sizeof(w.ref), "%s", ref);
-		priv_call(req, LBP_IMAGE_PULL, &w, sizeof(w), -1, res);
+		if (w.progress)
+			priv_stream(req, LBP_IMAGE_PULL, &w, sizeof(w), -1, res);
+		else
+			priv_call(req, LBP_IMAGE_PULL, &w, sizeof(w), -1, res);
 	}
 	yajl_tree_free(root);
 }
@@ -133,6 +143,8 @@ void lbd_ask_image_import(struct lbd_req *req, struct lbd_res *res)
 		    MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 		if (!ci)
 			lbd_res_error(res, 500, "internal", "The client's connection could not be passed on.");
+		else if ((w.progress = wants_progress(req)))
+			priv_stream(req, LBP_IMAGE_IMPORT, &w, sizeof(w), ci->connect_fd, res);
 		else
 			priv_call(req, LBP_IMAGE_IMPORT, &w, sizeof(w), ci->connect_fd, res);
 	}

@@ -14,6 +14,11 @@
  * answered 413 before a byte of the body is read, a chunked body that grows past it is discarded and answered 413,
  * and all bodies held in memory at once are capped by body_memory (503 past it). Paths reach routes.c still
  * percent-encoded (the unescape callback is the identity) so a %00 or %2F can be refused, never silently cut.
+ *
+ * A streamed answer (ndjson progress of a pull or import, priv.c's priv_stream) is a chunked response whose reader
+ * callback blocks on the core's channel on the connection's own thread. It has two access-log lines: "request"
+ * when the stream starts (status 200), and "stream ended" (or "stream failed", or "stream cancelled by the client"
+ * with status 0) with the outcome's status and the whole duration when it ends.
  */
 #include <errno.h>
 #include <microhttpd.h>
@@ -116,12 +121,72 @@ static unsigned retry_after_of(const struct lbd_res *res)
 	return secs;
 }
 
+/* A streamed answer with what its second access-log line needs (the request's state may be gone by then). */
+struct http_stream {
+	struct lbd_stream *s;
+	uint64_t start_ms;
+	char fields[256];
+};
+
+/* libmicrohttpd's reader of a streamed answer (priv_stream_read), on the connection's thread. */
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct http_stream *hs = cls;
+	(void)pos;
+	ssize_t n = priv_stream_read(hs->s, buf, max);
+	if (n == -1)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	return n < 0 ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+/* The stream's end: its outcome logged (status 0: the client went away first, and the core was told to cancel). */
+static void stream_free(void *cls)
+{
+	struct http_stream *hs = cls;
+	int status = priv_stream_status(hs->s);
+	char fields[400];
+	snprintf(fields, sizeof(fields), "%s status=%d duration_ms=%llu", hs->fields, status,
+		 (unsigned long long)(lbd_mono_ms() - hs->start_ms));
+	if (status >= 500)
+		lb_error(fields, "stream failed");
+	else
+		lb_info(fields, status ? "stream ended" : "stream cancelled by the client");
+	priv_stream_close(hs->s);
+	free(hs);
+}
+
+/* A streamed answer: chunked ndjson read from the core's channel as it comes. */
+static struct MHD_Response *stream_response(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct http_stream *hs = ci ? calloc(1, sizeof(*hs)) : NULL;
+	if (!hs)
+		return NULL;
+	hs->s = priv_stream_open(d, &cr->res, ci->connect_fd);
+	if (!hs->s) {
+		free(hs);
+		return NULL;
+	}
+	hs->start_ms = cr->start_ms;
+	snprintf(hs->fields, sizeof(hs->fields), "method=%s path=%s peer_uid=%u peer_pid=%d", cr->req.method,
+		 cr->path_log, (unsigned)cr->req.peer_uid, (int)cr->req.peer_pid);
+	struct MHD_Response *r =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, (size_t)16 * 1024, stream_reader, hs, stream_free);
+	if (!r) {
+		priv_stream_close(hs->s);
+		free(hs);
+	}
+	return r;
+}
+
 static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, struct conn_req *cr)
 {
 	struct lbd_res *res = &cr->res;
 	struct MHD_Response *r;
 	unsigned retry = retry_after_of(res);
-	if (res->fd >= 0) {
+	if (res->has_channel) {
+		r = stream_response(d, conn, cr);
+	} else if (res->fd >= 0) {
 		r = MHD_create_response_from_fd64(res->fd_size, res->fd);
 		if (r)
 			res->fd = -1; /* libmicrohttpd closes it with the response */
@@ -197,6 +262,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*con_cls = cr;
 		cr->start_ms = lbd_mono_ms();
 		cr->res.fd = -1;
+		cr->res.channel = -1;
 		cr->req.a = d;
 		cr->req.conn = conn;
 		cr->req.method = method;
@@ -325,6 +391,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	free(cr->res.body);
 	if (cr->res.fd >= 0)
 		close(cr->res.fd);
+	if (cr->res.has_channel) {
+		close(cr->res.channel);
+		atomic_fetch_sub(&d->in_flight, 1);
+	}
 	free(cr);
 	*con_cls = NULL;
 }
@@ -371,6 +441,7 @@ void lbd_http_stop(struct lbd_http *h)
 		close(lfd);
 	for (int i = 0; i < 1600 && atomic_load(&h->a->in_flight) > 0; i++)
 		usleep(50 * 1000);
+	atomic_store(&h->a->stopping, true); /* a stream still waiting for the core ends within 1 s */
 	MHD_stop_daemon(h->mhd);
 	free(h);
 }

@@ -9,8 +9,15 @@
  * After a clean answer the channel is kept (up to LBD_API_IDLE_CHANNELS) for the next request; after anything else
  * it is closed. The reply is decoded by the same validating decoder the
  * core uses (proto.c); its body is passed on to the client as bytes, never parsed here.
+ *
+ * Streamed answers (priv_stream, a pull or import asked with Accept: application/x-ndjson): the core's PROGRESS
+ * messages, validated by that decoder, become ndjson lines this file formats from their fields (no byte of the
+ * core's is copied into a progress line); the REPLY's body is the last line (at most 256 KiB). Anything else from
+ * the core ends the stream with an error line. While waiting, the client's connection is polled for POLLHUP: a
+ * hang-up ends the stream, and closing the channel is what tells the core to cancel.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +150,218 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");
 	} else {
 		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.", strerror(-r));
+	}
+	free(m);
+	if (ch >= 0)
+		close(ch);
+	atomic_fetch_sub(&a->in_flight, 1);
+}
+
+/* ---- streamed answers (Accept: application/x-ndjson on a pull or an import) ---- */
+
+struct lbd_stream {
+	struct lbd_api *a;
+	int channel;
+	int client_fd; /* libmicrohttpd's; only polled */
+	char *pending; /* bytes not yet handed to libmicrohttpd */
+	size_t len, off;
+	bool ended; /* pending holds the last line */
+	int status; /* the outcome: the REPLY's status, 502/503 for a broken core, 0 while unknown */
+	struct lbp_msg *m;
+};
+
+/* One progress message as an ndjson line. Every field was validated by the decoder (phase in range, layer hex). */
+static char *progress_line(const struct lbp_progress *p, size_t *ret_len)
+{
+	char layer[sizeof(p->layer) + 16] = "null", total[32] = "null";
+	if (p->layer[0])
+		snprintf(layer, sizeof(layer), "\"sha256:%s\"", p->layer);
+	if (p->total)
+		snprintf(total, sizeof(total), "%llu", (unsigned long long)p->total);
+	char *line = NULL;
+	int n = asprintf(&line, "{\"phase\":\"%s\",\"layer\":%s,\"done\":%llu,\"total\":%s}\n",
+			 lbp_phase_name(p->phase), layer, (unsigned long long)p->done, total);
+	if (n < 0)
+		return NULL;
+	*ret_len = (size_t)n;
+	return line;
+}
+
+/* The REPLY's body (JSON, inline or in a file of bounded size) as the last line: newlines, which JSON allows only as
+ * whitespace outside strings, become spaces. An error object also gets the HTTP status the answer would have had
+ * without streaming ({"error": {...}, "status": 404}), since the stream's own status is 200 by then. */
+static char *reply_line(struct lbp_msg *m, size_t *ret_len)
+{
+	const struct lbp_reply *r = &m->u.reply;
+	if (r->body_len > (uint64_t)4 * LBP_INLINE_MAX || r->body_len < 2)
+		return NULL;
+	char *line = malloc(r->body_len + 32);
+	if (!line)
+		return NULL;
+	if (r->body_in_fd) {
+		if (pread(m->fds[0], line, r->body_len, 0) != (ssize_t)r->body_len) {
+			free(line);
+			return NULL;
+		}
+	} else {
+		memcpy(line, m->u.raw + sizeof(*r), r->body_len);
+	}
+	size_t n = r->body_len;
+	for (size_t i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\r')
+			line[i] = ' ';
+	while (n > 1 && line[n - 1] == ' ')
+		n--;
+	if (r->status >= 400 && line[n - 1] == '}')
+		n += (size_t)snprintf(line + n - 1, 32, ",\"status\":%u}", r->status) - 1;
+	line[n] = '\n';
+	line[n + 1] = '\0';
+	*ret_len = n + 1;
+	return line;
+}
+
+static char *error_line(const char *code, const char *message, size_t *ret_len)
+{
+	char *line = NULL;
+	int n = asprintf(&line, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code, message);
+	if (n < 0)
+		return NULL;
+	*ret_len = (size_t)n;
+	return line;
+}
+
+/* The next line from the core into s->pending; sets s->ended with the last one. -1 on a hang-up of the client. */
+static int next_line(struct lbd_stream *s)
+{
+	for (;;) {
+		/* events 0 on the client: POLLHUP and POLLERR are reported anyway, and a request pipelined behind this
+		 * one (POLLIN) is not a hang-up. */
+		struct pollfd p[2] = { { .fd = s->channel, .events = POLLIN }, { .fd = s->client_fd, .events = 0 } };
+		int k = poll(p, 2, 1000);
+		if (atomic_load(&s->a->stopping))
+			return -1;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 || (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
+			return -1;
+		if (k == 0 || !p[0].revents)
+			continue;
+		int r = lbp_recv(s->channel, s->m);
+		char *line = NULL;
+		if (r == 0 && s->m->hdr.type == LBP_PROGRESS) {
+			line = progress_line(&s->m->u.progress, &s->len);
+		} else if (r == 0 && s->m->hdr.type == LBP_REPLY) {
+			line = reply_line(s->m, &s->len);
+			s->ended = true;
+			s->status = (int)s->m->u.reply.status;
+		} else {
+			line = error_line(r == -ENODATA || r == -ECONNRESET ? "core_unavailable" : "core_error",
+					  "lensboxd's core ended or sent something malformed before it answered.",
+					  &s->len);
+			s->ended = true;
+			s->status = r == -ENODATA || r == -ECONNRESET ? 503 : 502;
+		}
+		if (r == 0)
+			lbp_msg_clear(s->m);
+		if (!line)
+			return -1;
+		free(s->pending);
+		s->pending = line;
+		s->off = 0;
+		return 0;
+	}
+}
+
+struct lbd_stream *priv_stream_open(struct lbd_api *a, struct lbd_res *res, int client_fd)
+{
+	struct lbd_stream *s = calloc(1, sizeof(*s));
+	struct lbp_msg *m = malloc(sizeof(*m));
+	if (!s || !m) {
+		free(s);
+		free(m);
+		return NULL;
+	}
+	*s = (struct lbd_stream){ .a = a, .channel = res->channel, .client_fd = client_fd, .m = m };
+	s->pending = TAKE_PTR(res->body);
+	s->len = res->len;
+	res->len = 0;
+	res->has_channel = false;
+	res->channel = -1;
+	return s;
+}
+
+ssize_t priv_stream_read(struct lbd_stream *s, char *buf, size_t max)
+{
+	while (s->off >= s->len) {
+		if (s->ended)
+			return -1;
+		if (next_line(s) < 0)
+			return -2;
+	}
+	size_t n = s->len - s->off < max ? s->len - s->off : max;
+	memcpy(buf, s->pending + s->off, n);
+	s->off += n;
+	return (ssize_t)n;
+}
+
+int priv_stream_status(const struct lbd_stream *s)
+{
+	return s->status;
+}
+
+void priv_stream_close(struct lbd_stream *s)
+{
+	if (!s)
+		return;
+	close(s->channel); /* the core sees it closed and cancels a pull still going */
+	free(s->pending);
+	free(s->m);
+	atomic_fetch_sub(&s->a->in_flight, 1);
+	free(s);
+}
+
+void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res)
+{
+	struct lbd_api *a = req->a;
+	atomic_fetch_add(&a->in_flight, 1); /* an orderly stop waits for this request too (lbd_http_stop) */
+	int ch = send_request(a, type, payload, len, fd);
+	if (ch < 0) {
+		lbd_res_error(res, 503, "core_unavailable",
+			      "lensboxd's core cannot be reached (%s); it is restarting or has stopped.",
+			      strerror(-ch));
+		atomic_fetch_sub(&a->in_flight, 1);
+		return;
+	}
+	struct lbp_msg *m = malloc(sizeof(*m));
+	int r = m ? lbp_recv(ch, m) : -ENOMEM;
+	if (r == 0 && m->hdr.type == LBP_REPLY) {
+		take_reply(m, res);
+		lbp_msg_clear(m);
+	} else if (r == 0 && m->hdr.type == LBP_PROGRESS) {
+		size_t n = 0;
+		char *line = progress_line(&m->u.progress, &n);
+		lbp_msg_clear(m);
+		if (line) {
+			free(res->body);
+			res->body = line;
+			res->len = n;
+			res->status = 200;
+			res->content_type = "application/x-ndjson";
+			res->has_channel = true;
+			res->channel = ch;
+			ch = -1;
+			atomic_fetch_add(&a->in_flight, 1); /* the stream's own: until priv_stream_close */
+		} else {
+			lbd_res_error(res, 500, "internal", "Out of memory.");
+		}
+	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
+		lbd_res_error(res, 503, "core_unavailable",
+			      "lensboxd's core ended before it answered; the request may or may not have been done.");
+	} else {
+		if (r == 0)
+			lbp_msg_clear(m);
+		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.",
+			      strerror(r < 0 ? -r : EBADMSG));
 	}
 	free(m);
 	if (ch >= 0)

@@ -33,6 +33,7 @@
 #include "common.h"
 #include "proto.h"
 #include "lb/error.h"
+#include "lb/images.h"
 #include "lb/policy.h"
 #include "lb/runner.h"
 #include "lb/store.h"
@@ -149,9 +150,13 @@ void lbd_image_release(struct lbd_image *img);
  * be NULL) is the caller's (lb_image_info_free); *ret_ms (may be NULL) the duration. Errors as lb_image_pull(). */
 int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_info, uint64_t *ret_ms,
 		   struct lb_error *err);
-/* Imports path (validated by the caller) under name (may be NULL) as lb_image_import() does, on its own handle. */
-int lbd_image_import(struct lbd *d, const char *path, const char *name, struct lb_image_info **ret_info,
-		     struct lb_error *err);
+/* lbd_image_pull, told to watch (may be NULL) as the store goes: progress, and -ECANCELED when it says stop. */
+int lbd_image_pull_watched(struct lbd *d, const char *ref, lb_image_watch_fn watch, void *watch_ud,
+			   struct lb_image_info **ret_info, uint64_t *ret_ms, struct lb_error *err);
+/* Imports path (validated by the caller) under name (may be NULL) as lb_image_import() does, on its own handle;
+ * watch (may be NULL) as for lbd_image_pull_watched. */
+int lbd_image_import(struct lbd *d, const char *path, const char *name, lb_image_watch_fn watch, void *watch_ud,
+		     struct lb_image_info **ret_info, struct lb_error *err);
 
 /* Which images the sandboxes use: every sandbox row, and the config digest its spec's image name points at now
  * ("" when none); also the config's default_image, which the next new sandbox will use. Built under images_mu

@@ -9,8 +9,15 @@
  * connection (the message carries it), never taking the API process's word; the path must be absolute with no `..`
  * segment, and it must be a regular file or a directory (never a FIFO, which would block the thread, nor a device).
  * The archive's contents are hostile and are the library's to check.
+ *
+ * Progress (the request's `progress` flag, set when the client asked for application/x-ndjson): the store's watcher
+ * (lb_images_watch) sends LBP_PROGRESS on the request's channel, at most one every 100 ms per layer and phase plus
+ * each layer's end, without blocking (a full channel drops the step). The same watcher is how a client's hang-up
+ * reaches the pull: the API process closes the channel, the watcher sees it closed (a send fails, or poll says
+ * POLLHUP, checked at most every 100 ms) and answers "stop", and the store cancels with nothing half-written.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -62,6 +69,65 @@ static void gen_image(yajl_gen g, const struct lb_image_info *i, size_t in_use, 
 		lbd_gen_uint(g, "stripped", i->stripped);
 	}
 	yajl_gen_map_close(g);
+}
+
+/* The watcher's state for one request. */
+struct progress_watch {
+	int channel;
+	bool gone; /* the API process closed the channel: the client went away */
+	uint64_t last_send_ms, last_check_ms;
+	uint32_t last_phase;
+	char last_layer[LBP_LAYER_HEX + 1];
+};
+
+static uint32_t wire_phase(enum lb_image_phase p)
+{
+	switch (p) {
+	case LB_IMAGE_RESOLVING:
+		return LBP_PHASE_RESOLVING;
+	case LB_IMAGE_DOWNLOADING:
+		return LBP_PHASE_DOWNLOADING;
+	case LB_IMAGE_EXTRACTING:
+		return LBP_PHASE_EXTRACTING;
+	case LB_IMAGE_UNPACKING:
+	case LB_IMAGE_PHASE_COUNT:
+		break;
+	}
+	return LBP_PHASE_UNPACKING;
+}
+
+/* lb_image_watch_fn: tells the API process, and says stop (nonzero) once its channel is closed. */
+static int watch_progress(const struct lb_image_progress *p, void *ud)
+{
+	struct progress_watch *w = ud;
+	uint64_t now = lbd_mono_ms();
+	if (w->gone)
+		return 1;
+	if (p->layer_hex) {
+		uint32_t phase = wire_phase(p->phase);
+		const char *layer = strlen(p->layer_hex) == LBP_LAYER_HEX ? p->layer_hex : "";
+		bool news = phase != w->last_phase || strcmp(layer, w->last_layer) != 0 ||
+			    (p->total && p->done == p->total) || now - w->last_send_ms >= 100;
+		if (news) {
+			struct lbp_progress m = { .phase = phase, .done = p->done, .total = p->total };
+			if (m.total && m.done > m.total)
+				m.done = m.total;
+			snprintf(m.layer, sizeof(m.layer), "%s", layer);
+			int r = lbp_send_progress(w->channel, &m);
+			if (r == -EPIPE || r == -ECONNRESET || r == -ENOTCONN)
+				w->gone = true;
+			w->last_send_ms = now;
+			w->last_phase = phase;
+			snprintf(w->last_layer, sizeof(w->last_layer), "%s", layer);
+		}
+	}
+	if (!w->gone && now - w->last_check_ms >= 100) {
+		w->last_check_ms = now;
+		struct pollfd pfd = { .fd = w->channel, .events = POLLIN };
+		if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLERR | POLLRDHUP)))
+			w->gone = true;
+	}
+	return w->gone ? 1 : 0;
 }
 
 static bool store_missing(struct lbd *d, struct lbd_res *res)
@@ -214,9 +280,20 @@ void lbd_do_image_pull(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	struct lb_image_info *info = NULL;
 	struct lb_error err = { 0 };
 	uint64_t ms = 0;
-	int r = lbd_image_pull(d, ref, &info, &ms, &err);
+	struct progress_watch w = { .channel = res->channel, .last_phase = LBP_PHASE_END };
+	bool watched = m->u.pull.progress && res->has_channel;
+	if (watched) {
+		/* The stream starts now, also for a pull that waits for another of the same reference first. */
+		struct lb_image_progress start = { .phase = LB_IMAGE_RESOLVING, .layer_hex = "" };
+		(void)watch_progress(&start, &w);
+	}
+	int r = lbd_image_pull_watched(d, ref, watched ? watch_progress : NULL, &w, &info, &ms, &err);
 	if (r < 0) {
 		switch (r) {
+		case -ECANCELED:
+			lbd_res_error(res, 400, "cancelled", "The client went away: pulling %.300s was cancelled.",
+				      ref);
+			break;
 		case -ENOENT:
 			lbd_res_error(res, 404, "image_not_found", "Pulling %.300s failed: %s", ref, err.msg);
 			break;
@@ -302,9 +379,15 @@ void lbd_do_image_import(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	struct lb_image_info *info = NULL;
 	struct lb_error err = { 0 };
 	uint64_t t0 = lbd_mono_ms();
-	int r = lbd_image_import(d, path, name, &info, &err);
+	struct progress_watch w = { .channel = res->channel, .last_phase = LBP_PHASE_END };
+	bool watched = m->u.import.progress && res->has_channel;
+	int r = lbd_image_import(d, path, name, watched ? watch_progress : NULL, &w, &info, &err);
 	if (r < 0) {
 		switch (r) {
+		case -ECANCELED:
+			lbd_res_error(res, 400, "cancelled", "The client went away: importing %.300s was cancelled.",
+				      path);
+			break;
 		case -EBADMSG:
 		case -EFBIG:
 		case -E2BIG:

@@ -86,6 +86,12 @@ static void touch_locked(struct lbd *d, const char *config_digest)
 int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_info, uint64_t *ret_ms,
 		   struct lb_error *err)
 {
+	return lbd_image_pull_watched(d, ref, NULL, NULL, ret_info, ret_ms, err);
+}
+
+int lbd_image_pull_watched(struct lbd *d, const char *ref, lb_image_watch_fn watch, void *watch_ud,
+			   struct lb_image_info **ret_info, uint64_t *ret_ms, struct lb_error *err)
+{
 	if (!lbd_image_ref_valid(ref))
 		return lb_error_setx(err, EINVAL, "`%s` is not a valid image reference", ref);
 	if (!d->images)
@@ -147,6 +153,7 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 	struct lb_image_info *info = NULL;
 	r = lb_images_open(d->cfg.images_dir, NULL, &own, err);
 	if (r >= 0) {
+		lb_images_watch(own, watch, watch_ud);
 		r = lb_image_pull(own, ref, &po, &info, err);
 		lb_images_free(own);
 	}
@@ -181,8 +188,8 @@ int lbd_image_pull(struct lbd *d, const char *ref, struct lb_image_info **ret_in
 	return 0;
 }
 
-int lbd_image_import(struct lbd *d, const char *path, const char *name, struct lb_image_info **ret_info,
-		     struct lb_error *err)
+int lbd_image_import(struct lbd *d, const char *path, const char *name, lb_image_watch_fn watch, void *watch_ud,
+		     struct lb_image_info **ret_info, struct lb_error *err)
 {
 	if (!d->images)
 		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
@@ -191,6 +198,7 @@ int lbd_image_import(struct lbd *d, const char *path, const char *name, struct l
 	int r = lb_images_open(d->cfg.images_dir, NULL, &own, err);
 	if (r < 0)
 		return r;
+	lb_images_watch(own, watch, watch_ud);
 	r = lb_image_import(own, path, NULL, name, &info, err);
 	lb_images_free(own);
 	if (r < 0)

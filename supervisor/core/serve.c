@@ -91,7 +91,7 @@ static void reply(int fd, struct lbd_res *res)
  * it (or sent nothing in time), -1 when the message was refused (answered 400; the channel is then closed). */
 static int serve_request(struct lbd *d, int fd, struct lbp_msg *m)
 {
-	struct lbd_res res = { .fd = -1 };
+	struct lbd_res res = { .fd = -1, .has_channel = true, .channel = fd };
 	int r = lbp_recv(fd, m);
 	if (r == -ENODATA || r == -EAGAIN || r == -EWOULDBLOCK || r == -ECONNRESET)
 		return 0;

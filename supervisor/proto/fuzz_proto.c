@@ -34,6 +34,13 @@ static void check_accepted(const struct lbp_msg *m, size_t len)
 		if (m->nfds != 1 || m->u.run.source_len > LBP_SOURCE_MAX)
 			abort();
 		break;
+	case LBP_PROGRESS: {
+		const struct lbp_progress *p = &m->u.progress;
+		size_t n = strnlen(p->layer, sizeof(p->layer));
+		if (!lbp_phase_name(p->phase) || (p->total && p->done > p->total) || (n != 0 && n != LBP_LAYER_HEX))
+			abort();
+		break;
+	}
 	default:
 		break;
 	}

@@ -47,7 +47,20 @@ static const struct {
 	[LBP_IMAGE_IMPORT] = { "image_import", sizeof(struct lbp_image_import), 1 },
 	[LBP_REPLY] = { "reply", sizeof(struct lbp_reply), -1 /* 0 or 1: body_in_fd */ },
 	[LBP_CHANNEL] = { "channel", 0, 1 },
+	[LBP_PROGRESS] = { "progress", sizeof(struct lbp_progress), 0 },
 };
+
+static const char *const phases[LBP_PHASE_END] = {
+	[LBP_PHASE_RESOLVING] = "resolving",
+	[LBP_PHASE_DOWNLOADING] = "downloading",
+	[LBP_PHASE_EXTRACTING] = "extracting",
+	[LBP_PHASE_UNPACKING] = "unpacking",
+};
+
+const char *lbp_phase_name(uint32_t phase)
+{
+	return phase < LBP_PHASE_END ? phases[phase] : NULL;
+}
 
 static bool type_known(uint16_t type)
 {
@@ -205,6 +218,21 @@ static bool file_valid(const struct lbp_file *f, bool listing)
 	       lbp_path_valid(f->path, listing) && f->recursive <= (listing ? 1u : 0u) && f->pad == 0;
 }
 
+static bool progress_valid(const struct lbp_progress *p)
+{
+	if (p->phase >= LBP_PHASE_END || p->pad || (p->total && p->done > p->total))
+		return false;
+	size_t n = strnlen(p->layer, sizeof(p->layer));
+	if (n == sizeof(p->layer) || (n != 0 && n != LBP_LAYER_HEX))
+		return false;
+	for (size_t i = 0; i < sizeof(p->layer); i++) {
+		char c = p->layer[i];
+		if (i < n ? !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) : c != '\0')
+			return false;
+	}
+	return true;
+}
+
 static bool reply_valid(const struct lbp_msg *m, size_t payload_len)
 {
 	const struct lbp_reply *r = &m->u.reply;
@@ -260,17 +288,19 @@ static bool payload_valid(const struct lbp_msg *m, size_t payload_len)
 		return TERMINATED(m->u.image.ref) && lbp_ref_valid(m->u.image.ref);
 	case LBP_IMAGE_PULL:
 		return TERMINATED(m->u.pull.ref) && lbp_ref_valid(m->u.pull.ref) && m->u.pull.pin <= 1 &&
-		       m->u.pull.pad == 0;
+		       m->u.pull.progress <= 1;
 	case LBP_IMAGE_IMPORT: {
 		const struct lbp_image_import *im = &m->u.import;
 		return TERMINATED(im->path) && TERMINATED(im->name) && lbp_host_path_valid(im->path) &&
-		       (im->name[0] == '\0' || lbp_ref_valid(im->name)) && im->pin <= 1 && im->pad == 0 &&
+		       (im->name[0] == '\0' || lbp_ref_valid(im->name)) && im->pin <= 1 && im->progress <= 1 &&
 		       socket_of(m->fds[0], AF_UNIX, SOCK_STREAM);
 	}
 	case LBP_REPLY:
 		return reply_valid(m, payload_len);
 	case LBP_CHANNEL:
 		return socket_of(m->fds[0], AF_UNIX, SOCK_SEQPACKET);
+	case LBP_PROGRESS:
+		return progress_valid(&m->u.progress);
 	case LBP_TYPE_END:
 		break;
 	}
@@ -371,7 +401,7 @@ int lbp_recv(int sock, struct lbp_msg *ret)
 	return r;
 }
 
-int lbp_send(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds)
+static int send_flags(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds, int flags)
 {
 	if (!type_known(type) || nfds > LBP_MAX_FDS || len > sizeof(struct lbp_reply) + LBP_INLINE_MAX)
 		return -EMSGSIZE;
@@ -397,11 +427,22 @@ int lbp_send(int sock, uint16_t type, const void *payload, size_t len, const int
 	}
 	ssize_t n;
 	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL | flags);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
 	return (size_t)n == sizeof(h) + len ? 0 : -EMSGSIZE;
+}
+
+int lbp_send(int sock, uint16_t type, const void *payload, size_t len, const int *fds, size_t nfds)
+{
+	return send_flags(sock, type, payload, len, fds, nfds, 0);
+}
+
+int lbp_send_progress(int sock, const struct lbp_progress *p)
+{
+	int r = send_flags(sock, LBP_PROGRESS, p, sizeof(*p), NULL, 0, MSG_DONTWAIT);
+	return r == -EWOULDBLOCK ? -EAGAIN : r;
 }
 
 int lbp_memfd(const char *what, const void *bytes, size_t len)

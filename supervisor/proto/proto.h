@@ -66,6 +66,7 @@ enum lbp_type {
 	LBP_IMAGE_IMPORT,   /* struct lbp_image_import + fd: the client's connection (the core reads its peer) */
 	LBP_REPLY,	    /* core -> API: struct lbp_reply + inline body, or + fd: the body (memfd or a file) */
 	LBP_CHANNEL,	    /* API -> core, on the control socket only: no payload + fd: one request's channel */
+	LBP_PROGRESS,	    /* core -> API, before the REPLY of a pull or import that asked: struct lbp_progress */
 	LBP_TYPE_END
 };
 
@@ -148,8 +149,8 @@ struct lbp_image_ref {
 
 struct lbp_image_pull {
 	char ref[LBP_REF_MAX + 1];
-	uint32_t pin; /* 0 or 1 */
-	uint32_t pad;
+	uint32_t pin;	   /* 0 or 1 */
+	uint32_t progress; /* 0 or 1: send LBP_PROGRESS messages before the reply */
 };
 
 /* An import names a path on the daemon's host, which the core reads as root: only a root client may ask. The API
@@ -160,8 +161,32 @@ struct lbp_image_import {
 	char path[LBP_HOST_PATH_MAX + 1]; /* absolute, no "." or ".." segment */
 	char name[LBP_REF_MAX + 1];	  /* "" : the name the archive gives */
 	uint32_t pin;			  /* 0 or 1 */
-	uint32_t pad;
+	uint32_t progress;		  /* 0 or 1: send LBP_PROGRESS messages before the reply */
 };
+
+/* One step of a pull or an import, sent while it runs when the request asked (progress = 1); the REPLY still ends
+ * the request. A channel with progress is never reused: the API process closes it when the client goes, and the
+ * core, seeing it closed, cancels the pull. */
+enum lbp_phase {
+	LBP_PHASE_RESOLVING = 0,
+	LBP_PHASE_DOWNLOADING,
+	LBP_PHASE_EXTRACTING,
+	LBP_PHASE_UNPACKING,
+	LBP_PHASE_END
+};
+#define LBP_LAYER_HEX 64
+struct lbp_progress {
+	uint32_t phase; /* enum lbp_phase */
+	uint32_t pad;
+	uint64_t done;		       /* bytes; <= total when total is not 0 */
+	uint64_t total;		       /* bytes; 0 when unknown */
+	char layer[LBP_LAYER_HEX + 8]; /* "" or 64 lowercase hex digits (the blob's sha256), NUL-padded */
+};
+/* "resolving", "downloading", "extracting", "unpacking"; NULL out of range. */
+const char *lbp_phase_name(uint32_t phase);
+/* Sends one progress message without blocking: -EAGAIN when the channel is full (the step is dropped; progress is
+ * advisory), -EPIPE/-ECONNRESET when the API process closed the channel. */
+int lbp_send_progress(int sock, const struct lbp_progress *p);
 
 struct lbp_reply {
 	uint32_t status;			 /* an HTTP status, 200..599 */
@@ -187,6 +212,7 @@ struct lbp_msg {
 		struct lbp_image_pull pull;
 		struct lbp_image_import import;
 		struct lbp_reply reply;
+		struct lbp_progress progress;
 		unsigned char raw[sizeof(struct lbp_reply) + LBP_INLINE_MAX];
 	} u;
 	int fds[LBP_MAX_FDS];

@@ -2,7 +2,8 @@
 that work, not illustrations. (Socket and sandbox name are swapped for the test daemon's; the examples that name
 things the page cannot know, a file a program wrote, a run id, a registry and an archive on the host, get ones that
 exist: docker-registry on loopback filled with the default image, and the recipe's archive. The daemon has an image
-store of its own, since the image examples pull, import and remove.)"""
+store of its own, since the image examples pull, import and remove. A streamed pull's last line must be its result,
+not an error.)"""
 
 import os
 import re
@@ -62,5 +63,8 @@ def run_examples(cmds, tmp_path, store, registry_host):
             assert p.returncode == 0, (cmd, p.stderr)
             status = int(p.stdout.rpartition(b"\n")[2])
             assert 200 <= status < 300, (cmd, status, p.stdout[-500:])
+            if "application/x-ndjson" in cmd:  # a stream answers 200 at once: its last line must be the result
+                lines = p.stdout.rpartition(b"\n")[0].splitlines()
+                assert b'"phase"' in lines[0] and b'"image"' in lines[-1] and b'"error"' not in lines[-1], (cmd, lines)
         assert (tmp_path / "out.png").read_bytes() == b"\x89PNG"
         assert c.read_file(name, "data/in.csv") == b"a,b\n1,2\n"

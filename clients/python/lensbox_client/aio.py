@@ -44,7 +44,9 @@ from .client import (
     _encode_body,
     _error_from,
     _files_from,
+    NDJSON,
     _image_path,
+    _image_result_of,
     _import_body,
     _json_object,
     _opt_str,
@@ -52,6 +54,7 @@ from .client import (
     _quote_path,
     _report_done,
     _spec_body,
+    _stream_line,
     check_name,
     check_path,
 )
@@ -142,6 +145,12 @@ async def _exchange(conn: _Conn, head: bytes, data: Optional[bytes], limit: int)
         if conn.reader.at_eof():
             raise _NoAnswer from None
         raise e
+    status, headers, keep = await _read_head(conn, status_line)
+    return await _read_body(conn, status, headers, keep, limit)
+
+
+async def _read_head(conn: _Conn, status_line: bytes) -> Tuple[int, Dict[str, str], bool]:
+    """The status and headers of an answer whose status line was read; whether the connection stays open."""
     parts = status_line.decode("latin-1").split(None, 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
         raise error_for(502, "bad_response", f"lensboxd sent a malformed status line {status_line[:80]!r}")
@@ -155,7 +164,10 @@ async def _exchange(conn: _Conn, head: bytes, data: Optional[bytes], limit: int)
         headers[k.strip().lower()] = v.strip()
     else:
         raise error_for(502, "bad_response", f"lensboxd sent more than {_HEADERS_MAX} headers")
-    keep = parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+    return status, headers, parts[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+
+
+async def _read_body(conn: _Conn, status: int, headers: Dict[str, str], keep: bool, limit: int) -> _Response:
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = await _read_chunked(conn.reader, limit)
     elif "content-length" in headers:
@@ -287,6 +299,60 @@ class AsyncClient:
                 else:
                     conn.close()
 
+    async def _image_stream(
+        self, path: str, body: Dict[str, Any], timeout: float, progress: ProgressCallback
+    ) -> ImageResult:
+        """As Client._image_stream: a connection of its own, closed at the end or when the callback raises or the
+        task is cancelled (lensboxd then cancels the pull)."""
+        data, headers = _encode_body("POST", body)
+        headers = dict(headers, Accept=NDJSON)
+        head = f"POST {path} HTTP/1.1\r\nHost: lensbox\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        t = _check_timeout(timeout)
+        conn: Optional[_Conn] = None
+        try:
+            conn = await self._connect()
+            return await asyncio.wait_for(self._stream_exchange(conn, path, head.encode("latin-1") + (data or b""), progress), t)
+        except asyncio.TimeoutError:
+            raise error_for(503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path} within {t} s") from None
+        except (OSError, EOFError, asyncio.IncompleteReadError) as e:
+            raise error_for(
+                503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path}: {e or type(e).__name__}"
+            ) from None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    async def _stream_exchange(self, conn: _Conn, path: str, request: bytes, progress: ProgressCallback) -> ImageResult:
+        conn.writer.write(request)
+        await conn.writer.drain()
+        status, headers, keep = await _read_head(conn, await _read_line(conn.reader))
+        if status >= 400 or NDJSON not in headers.get("content-type", "") or "chunked" not in headers.get(
+                "transfer-encoding", ""):
+            resp = await _read_body(conn, status, headers, keep, _JSON_MAX)
+            if status >= 400:
+                raise _error_from(status, resp.body)
+            result = _image_result_of(_json_object("POST", path, resp.body))
+            _report_done(progress, result)
+            return result
+        pending = bytearray()
+        while True:
+            size_line = (await _read_line(conn.reader)).split(b";", 1)[0].strip()
+            try:
+                size = int(size_line, 16)
+            except ValueError:
+                raise error_for(502, "bad_response", "lensboxd sent a malformed chunk size") from None
+            if size == 0 or len(pending) + size > _JSON_MAX:
+                raise error_for(503, "daemon_unreachable", "lensboxd ended the stream before its result")
+            pending += await conn.reader.readexactly(size)
+            await conn.reader.readexactly(2)
+            while b"\n" in pending:
+                line, _sep, rest = bytes(pending).partition(b"\n")
+                pending = bytearray(rest)
+                final = _stream_line(line, progress)
+                if final is not None:
+                    return final
+
     async def _request(
         self, method: str, path: str, body: Body = None, *, timeout: Optional[float] = None
     ) -> Tuple[int, Dict[str, Any]]:
@@ -409,10 +475,10 @@ class AsyncClient:
         timeout: float = IMAGE_TIMEOUT_SECONDS,
         progress: Optional[ProgressCallback] = None,
     ) -> ImageResult:
-        """As Client.pull_image (progress: called once with phase "done" until lensboxd streams progress)."""
-        result = await self._image_result("/v1/images/pull", _pull_body(ref, pin), timeout)
-        _report_done(progress, result)
-        return result
+        """As Client.pull_image: progress (optional) gets each step lensboxd streams."""
+        if progress is not None:
+            return await self._image_stream("/v1/images/pull", _pull_body(ref, pin), timeout, progress)
+        return await self._image_result("/v1/images/pull", _pull_body(ref, pin), timeout)
 
     async def import_image(
         self,
@@ -421,7 +487,11 @@ class AsyncClient:
         *,
         pin: bool = False,
         timeout: float = IMAGE_TIMEOUT_SECONDS,
+        progress: Optional[ProgressCallback] = None,
     ) -> ImageResult:
+        """As Client.import_image: progress (optional) gets each step lensboxd streams."""
+        if progress is not None:
+            return await self._image_stream("/v1/images/import", _import_body(path, name, pin), timeout, progress)
         return await self._image_result("/v1/images/import", _import_body(path, name, pin), timeout)
 
     async def delete_image(self, ref: str, *, missing_ok: bool = True) -> bool:

@@ -660,13 +660,14 @@ class Client:
         credentials refused, a blob that does not match its digest), 422 invalid_value (a bare digest: a pull needs a
         name).
 
-        progress (optional) is called with a PullProgress: today lensboxd answers a pull only when it ends, so it is
-        called once, with phase "done" and the image's size; once lensboxd streams progress (docs/api.md will say
-        so), the same callback gets each layer's bytes as they arrive."""
+        progress (optional) is called with a PullProgress for each step lensboxd streams (Accept:
+        application/x-ndjson): "resolving", each layer's "downloading" bytes, "unpacking" each layer, and "done" with
+        the image's size at the end. An exception raised by the callback (KeyboardInterrupt among them) closes the
+        connection, and lensboxd cancels the pull, leaving nothing half-written in its store."""
         body = _pull_body(ref, pin)
-        result = self._image_result("/v1/images/pull", body, timeout)
-        _report_done(progress, result)
-        return result
+        if progress is not None:
+            return self._image_stream("/v1/images/pull", body, timeout, progress)
+        return self._image_result("/v1/images/pull", body, timeout)
 
     def import_image(
         self,
@@ -675,14 +676,19 @@ class Client:
         *,
         pin: bool = False,
         timeout: float = IMAGE_TIMEOUT_SECONDS,
+        progress: Optional[ProgressCallback] = None,
     ) -> ImageResult:
         """Imports an OCI layout (a directory or its tar) or a `docker save` archive that is on lensboxd's host
         (POST /v1/images/import), named `name` when given. lensboxd reads the path itself, as root, so only a root
         caller may ask (SandboxError 403 forbidden otherwise); the path is made absolute here with
         os.path.realpath, as `lensbox image import` does. Waits up to `timeout` seconds. SandboxError 404
         path_not_found, 422 invalid_path (not a regular file or a directory), 422 invalid_image (an archive that
-        fails verification or the bounds: the message names the blob or entry)."""
-        return self._image_result("/v1/images/import", _import_body(path, name, pin), timeout)
+        fails verification or the bounds: the message names the blob or entry). progress: as for pull_image
+        ("resolving", "extracting" an archive, "unpacking" each layer, "done")."""
+        body = _import_body(path, name, pin)
+        if progress is not None:
+            return self._image_stream("/v1/images/import", body, timeout, progress)
+        return self._image_result("/v1/images/import", body, timeout)
 
     def delete_image(self, ref: str, *, missing_ok: bool = True) -> bool:
         """Removes a name (the image goes with its last name) or, by digest, the image with all its names. True when
@@ -698,7 +704,37 @@ class Client:
 
     def _image_result(self, path: str, body: Dict[str, Any], timeout: float) -> ImageResult:
         d = self._request("POST", path, body, timeout=_check_timeout(timeout))[1]
-        return ImageResult(image=Image.from_json(d.get("image") or {}), duration_ms=int(d.get("duration_ms") or 0))
+        return _image_result_of(d)
+
+    def _image_stream(self, path: str, body: Dict[str, Any], timeout: float, progress: ProgressCallback) -> ImageResult:
+        """A pull or an import with progress: on a connection of its own (closed at the end, or when the callback
+        raises, which makes lensboxd cancel), the ndjson lines handed to the callback, the last one the result."""
+        data, headers = _encode_body("POST", body)
+        headers = dict(headers, Accept=NDJSON)
+        conn = _UnixHTTPConnection(self.socket_path, _check_timeout(timeout))
+        try:
+            try:
+                conn.request("POST", path, body=data, headers=headers)
+                resp = conn.getresponse()
+                if resp.status >= 400:
+                    raise _error_from(resp.status, resp.read(1 << 26))
+                if NDJSON not in (resp.getheader("Content-Type") or ""):  # a lensboxd that does not stream
+                    result = _image_result_of(_json_object("POST", path, resp.read(1 << 26)))
+                    _report_done(progress, result)
+                    return result
+                while True:
+                    line = resp.readline(1 << 26)
+                    if not line:
+                        raise error_for(503, "daemon_unreachable", "lensboxd ended the stream before its result")
+                    final = _stream_line(line, progress)
+                    if final is not None:
+                        return final
+            except (OSError, http.client.HTTPException) as e:
+                raise error_for(
+                    503, "daemon_unreachable", f"lensboxd did not answer on {self.socket_path}: {e}"
+                ) from None
+        finally:
+            conn.close()
 
     # ---- metrics ----
 
@@ -709,9 +745,10 @@ class Client:
 
 @dataclass(frozen=True)
 class PullProgress:
-    """One report of a pull in progress. phase: "done" (the image is in the store; more phases come with streamed
-    progress: "manifest", "layer", "unpack"); layer: the blob's digest, None for the whole image; done_bytes and
-    total_bytes: bytes so far and expected (total None when unknown)."""
+    """One report of a pull or an import in progress. phase: "resolving", "downloading", "extracting",
+    "unpacking" (as lensboxd streams them, docs/api.md) or "done" (the image is in the store); layer: the blob's
+    digest (sha256:...), None for the whole image; done_bytes and total_bytes: bytes so far and expected (total None
+    when unknown)."""
 
     phase: str
     layer: Optional[str]
@@ -730,6 +767,37 @@ def _pull_body(ref: str, pin: bool) -> Dict[str, Any]:
     if pin:
         body["pin"] = True
     return body
+
+
+NDJSON = "application/x-ndjson"
+
+
+def _image_result_of(d: Dict[str, Any]) -> ImageResult:
+    return ImageResult(image=Image.from_json(d.get("image") or {}), duration_ms=int(d.get("duration_ms") or 0))
+
+
+def _stream_line(line: bytes, progress: ProgressCallback) -> Optional[ImageResult]:
+    """One ndjson line of a streamed pull or import: a progress step goes to the callback (None returned); the
+    last line is the result (returned, after a "done" step) or the error (raised with the status lensboxd gives)."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        raise error_for(502, "bad_response", f"lensboxd sent a line that is not JSON: {line[:80]!r}") from None
+    if not isinstance(d, dict):
+        raise error_for(502, "bad_response", "lensboxd sent a line that is not a JSON object")
+    if "phase" in d:
+        total = d.get("total")
+        progress(PullProgress(phase=str(d["phase"]), layer=_opt_str(d.get("layer")), done_bytes=int(d.get("done") or 0),
+                              total_bytes=int(total) if isinstance(total, int) else None))
+        return None
+    if isinstance(d.get("error"), dict):
+        e = d["error"]
+        st = d.get("status")
+        status = st if isinstance(st, int) and not isinstance(st, bool) else 500
+        raise error_for(status, str(e.get("code") or "internal"), str(e.get("message") or ""))
+    result = _image_result_of(d)
+    _report_done(progress, result)
+    return result
 
 
 def _report_done(progress: Optional[ProgressCallback], result: ImageResult) -> None:

@@ -94,6 +94,26 @@ struct lb_images;
 int lb_images_open(const char *root, const struct lb_image_limits *limits, struct lb_images **ret,
 		   struct lb_error *err);
 void lb_images_free(struct lb_images *s);
+
+/* What a pull or an import is doing, for a watcher (lb_images_watch). */
+enum lb_image_phase {
+	LB_IMAGE_RESOLVING = 0, /* reading the manifest (pull) or the archive's index (import) */
+	LB_IMAGE_DOWNLOADING,	/* a blob's bytes arriving from the registry */
+	LB_IMAGE_EXTRACTING,	/* an archive's blobs copied out of the tar (import of a file) */
+	LB_IMAGE_UNPACKING,	/* a layer verified and applied to the new root */
+	LB_IMAGE_PHASE_COUNT
+};
+struct lb_image_progress {
+	enum lb_image_phase phase;
+	const char *layer_hex; /* the blob's sha256 hex; "" for none; NULL: no news, only "may I go on?" */
+	uint64_t done, total;  /* bytes (total 0 when unknown) */
+};
+/* Called from the thread doing a pull or an import on s, often (every chunk of a download). A nonzero return
+ * cancels it: the call then fails with -ECANCELED and leaves nothing half-written (no tmp/ tree, no .partial
+ * blob; blobs already verified stay for the next pull and for gc). */
+typedef int (*lb_image_watch_fn)(const struct lb_image_progress *p, void *userdata);
+/* Sets (fn NULL: clears) the watcher of pulls and imports made through s. */
+void lb_images_watch(struct lb_images *s, lb_image_watch_fn fn, void *userdata);
 const char *lb_images_root(const struct lb_images *s);
 
 /* Imports path, which is an OCI image layout directory, a tar of one (oci-archive), or a `docker save` tar.

@@ -145,6 +145,46 @@ static void replies_inline_and_in_a_memfd(void **state)
 	free(body);
 }
 
+/* A pull's progress (core -> API): sent without blocking, accepted as sent; anything out of range refused, since
+ * the API process treats the core's messages as bounded input too. */
+static void progress_accepted_and_forged_refused(void **state)
+{
+	(void)state;
+	struct lbp_progress p = { .phase = LBP_PHASE_DOWNLOADING, .done = 5, .total = 10 };
+	memset(p.layer, 'a', LBP_LAYER_HEX);
+	assert_int_equal(lbp_send_progress(pair[0], &p), 0);
+	assert_int_equal(lbp_recv(pair[1], &m), 0);
+	assert_int_equal(m.hdr.type, LBP_PROGRESS);
+	assert_int_equal(m.u.progress.done, 5);
+	assert_string_equal(lbp_phase_name(m.u.progress.phase), "downloading");
+	struct lbp_progress none = { .phase = LBP_PHASE_RESOLVING };
+	assert_int_equal(lbp_send_progress(pair[0], &none), 0);
+	assert_int_equal(lbp_recv(pair[1], &m), 0);
+	assert_null(lbp_phase_name(LBP_PHASE_END));
+
+	char buf[LBP_MESSAGE_MAX + 64];
+	struct lbp_progress bad[7];
+	for (size_t i = 0; i < 7; i++)
+		bad[i] = p;
+	bad[0].phase = LBP_PHASE_END;			 /* no such phase */
+	bad[1].pad = 1;					 /* padding must be zero */
+	bad[2].done = 11;				 /* more done than the total */
+	bad[3].layer[3] = 'G';				 /* not lowercase hex */
+	bad[4].layer[10] = '\0';			 /* neither "" nor 64 digits */
+	memset(bad[5].layer, 'a', sizeof(bad[5].layer)); /* no NUL */
+	bad[6].layer[LBP_LAYER_HEX + 2] = 'x';		 /* bytes after the NUL */
+	for (size_t i = 0; i < 7; i++)
+		assert_int_equal(forge(buf, frame(buf, LBP_PROGRESS, &bad[i], sizeof(bad[i]), 0), NULL, 0, &m),
+				 -EBADMSG);
+	/* a size that is not the struct's */
+	assert_int_equal(forge(buf, frame(buf, LBP_PROGRESS, &p, sizeof(p) - 8, 0), NULL, 0, &m), -EBADMSG);
+	/* a pull whose progress flag is neither 0 nor 1 */
+	struct lbp_image_pull pull = { .ref = "python:3.12-slim", .progress = 2 };
+	assert_int_equal(forge(buf, frame(buf, LBP_IMAGE_PULL, &pull, sizeof(pull), 0), NULL, 0, &m), -EBADMSG);
+	pull.progress = 1;
+	assert_int_equal(forge(buf, frame(buf, LBP_IMAGE_PULL, &pull, sizeof(pull), 0), NULL, 0, &m), 0);
+}
+
 /* Each forged request must be refused with -EBADMSG. */
 static void forged_requests_refused(void **state)
 {
@@ -291,6 +331,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(round_trip_every_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(replies_inline_and_in_a_memfd, setup, teardown),
 		cmocka_unit_test_setup_teardown(forged_requests_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(progress_accepted_and_forged_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_descriptors_refused_and_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(flood_then_serve, setup, teardown),
 	};
