@@ -1,7 +1,7 @@
 """debvm.py — the VM lane's package test, host side: install the .deb in a Debian guest booted with systemd.
 
 Runs on the host as root; imported by tests/vm/test_deb_package.py, or run as a script to do the same by hand
-(`LENSBOX_BUILD_DIR=build python3 tests/vm/debvm.py`). It builds dist/lensbox_*.deb (scripts/package), the cached
+(`LENSBOX_BUILD_DIR=build python3 tests/vm/debvm.py [bookworm-backports]`). It builds dist/lensbox_*.deb (scripts/package), the cached
 Debian root image with the package's Depends installed (deb/debian-root), the default OCI image (the recipe the
 host tests use), an initramfs with run-vm's module list and deb/init.sh, and boots Debian's 6.1 kernel under QEMU
 (TCG) with three disks:
@@ -126,12 +126,14 @@ def _boot(work, kernel, initrd, root, payload, results, timeout, memory=2048, cp
     return hung, time.monotonic() - started, console.read_text(errors="replace")
 
 
-def boot_package_guest(build_dir, timeout=GUEST_TIMEOUT):
-    """Builds everything (cached where it can be) and boots the guest once; returns a Guest."""
+def boot_package_guest(build_dir, timeout=GUEST_TIMEOUT, suite="bookworm"):
+    """Builds everything (cached where it can be) and boots the guest of `suite`'s kernel once; returns a Guest.
+    bookworm-backports (6.12, Landlock ABI 6) is for runs by hand: this QEMU boots it reliably only on one vCPU
+    of an idle host (docs/vm-lane.md)."""
     from lensbox_testlib import images
 
     run_vm = _run_vm_module()
-    work = Path(build_dir).resolve() / "vm-lane" / "deb"
+    work = Path(build_dir).resolve() / "vm-lane" / ("deb" if suite == "bookworm" else f"deb-{suite}")
     work.mkdir(parents=True, exist_ok=True)
     timings = {}
     t = time.monotonic()
@@ -148,13 +150,14 @@ def boot_package_guest(build_dir, timeout=GUEST_TIMEOUT):
     archive = Path(images.default_image_archive())
     timings["oci_image"] = round(time.monotonic() - t, 1)
     t = time.monotonic()
-    kdir = Path(_out([str(HERE / "fetch-kernel"), "--suite", "bookworm"], 900).strip())
+    kdir = Path(_out([str(HERE / "fetch-kernel"), "--suite", suite], 900).strip())
     release = next((kdir / "lib/modules").iterdir()).name
     initrd, _ = run_vm.build_initramfs(work, kdir, release, init=HERE / "deb/init.sh")
     payload = _payload_disk(work, deb, archive)
     results = run_vm.make_results_disk(work)
     timings["disks"] = round(time.monotonic() - t, 1)
-    hung, secs, console = _boot(work, kdir / "boot" / f"vmlinuz-{release}", initrd, root, payload, results, timeout)
+    hung, secs, console = _boot(work, kdir / "boot" / f"vmlinuz-{release}", initrd, root, payload, results, timeout,
+                                cpus=run_vm.SUITE_CPUS.get(suite, 2))
     timings["guest"] = round(secs, 1)
     out = run_vm.read_results(work, results)
     steps = {}
@@ -170,7 +173,8 @@ def boot_package_guest(build_dir, timeout=GUEST_TIMEOUT):
 
 
 if __name__ == "__main__":
-    g = boot_package_guest(os.environ.get("LENSBOX_BUILD_DIR", SOURCE_DIR / "build"))
+    g = boot_package_guest(os.environ.get("LENSBOX_BUILD_DIR", SOURCE_DIR / "build"),
+                           suite=sys.argv[1] if len(sys.argv) > 1 else "bookworm")
     for name, s in g.steps.items():
         print(f"{name}: rc={s.get('rc')} {s.get('secs', '')}s")
     print(g.timings)
