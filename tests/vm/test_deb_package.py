@@ -9,6 +9,7 @@ image imported; python run through the `lensbox` CLI and through lensbox_client.
 processes or units of lensbox may remain. Skips only when QEMU or mmdebstrap is missing.
 """
 import json
+import os
 
 import pytest
 
@@ -20,7 +21,6 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING
 
 @pytest.fixture(scope="module")
 def guest():
-    import os
     if not os.environ.get("LENSBOX_BUILD_DIR"):
         pytest.fail("LENSBOX_BUILD_DIR is not set: run through ctest or set it to a build directory")
     g = debvm.boot_package_guest(os.environ["LENSBOX_BUILD_DIR"])
