@@ -1,4 +1,4 @@
-"""The Debian package (scripts/package, packaging/): it builds; it holds the four binaries, the policy and
+"""The Debian package (scripts/package, scripts/packaging/): it builds; it holds the four binaries, the policy and
 lensboxd.conf as conffiles, the unit, sysusers.d (group lensbox, system user lensbox-api without home or login),
 tmpfiles.d, compressed man pages, bash completion and the Python client; its Depends names the package of every
 shared library the binaries need (checked against the binaries themselves, not against CPack's own answer); the
@@ -135,7 +135,7 @@ def test_lintian(deb):
     p = subprocess.run(["lintian", "--tag-display-limit", "0", deb["path"]], capture_output=True, text=True, timeout=600)
     print(p.stdout)
     errors = {l.split()[2] for l in p.stdout.splitlines() if l.startswith("E: ")}
-    # the placeholder address of packaging/CMakeLists.txt (LENSBOX_MAINTAINER): a release sets a real one
+    # the placeholder address of scripts/packaging/CMakeLists.txt (LENSBOX_MAINTAINER): a release sets a real one
     assert errors <= {"bogus-mail-host", "bogus-mail-host-in-debian-changelog"}, p.stdout
 
 
