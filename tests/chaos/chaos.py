@@ -40,6 +40,12 @@ from lensbox_testlib import svcload  # noqa: E402
 OVERLOAD = {(429, "capacity"), (503, "busy"), (503, "host_unavailable"), (503, "core_unavailable")}
 
 
+def no_retry_after(st, hdrs, data):
+    """True for an overload answer (each carries Retry-After in docs/api.md) without the header."""
+    return (st, _code(_json(data) if data else None)) in OVERLOAD and not any(k.lower() == "retry-after"
+                                                                              for k in hdrs)
+
+
 @dataclass
 class Scale:
     kills: int = 10            # lensboxd SIGKILLs (part 1)
@@ -241,15 +247,26 @@ class Workload:
             self.seq += 1
             return self.seq
 
+    def _raw(self, method, path, body=None, timeout=120):
+        """d.raw, and a 429/503 without Retry-After is unexplained."""
+        st, hdrs, data = self.d.raw(method, path, body, timeout=timeout)
+        if no_retry_after(st, hdrs, data):
+            self.unexplained.append(f"{method} {path} -> {st} without Retry-After: {data[:200]!r}")
+        return st, hdrs, data
+
+    def _req(self, method, path, body=None, timeout=120):
+        st, _, data = self._raw(method, path, body, timeout)
+        return st, _json(data) if data else None
+
     def one(self):
-        d, n = self.d, random.choice(self.names)
+        n = random.choice(self.names)
         op = random.choices(["put", "get", "list", "run_py", "run_bash", "stop", "delete", "tier", "ls"],
                             [6, 3, 2, 4, 2, 1, 1, 1, 1])[0]
         if op == "put":
             i = self._next()
             data = os.urandom(random.randrange(1, 200_000))
             sent = time.monotonic()
-            st, body = d.request("PUT", f"/v1/sandboxes/{n}/files/chaos/{i}.bin", data, timeout=60)
+            st, body = self._req("PUT", f"/v1/sandboxes/{n}/files/chaos/{i}.bin", data, timeout=60)
             if st == 201:
                 with self.lock:
                     if n not in self.uncertain and sent > self.deleted_at.get(n, 0):
@@ -261,7 +278,7 @@ class Workload:
                 mine = [k for k in self.files if k[0] == n]
             if mine:
                 path = random.choice(mine)[1]
-                st, _, data = d.raw("GET", f"/v1/sandboxes/{n}/files/{path}", timeout=60)
+                st, _, data = self._raw("GET", f"/v1/sandboxes/{n}/files/{path}", timeout=60)
                 with self.lock:
                     want = self.files.get((n, path))
                 if st == 200 and want and sha(data) != want:
@@ -270,25 +287,25 @@ class Workload:
                     self.unexplained.append(f"GET file -> {st} {data[:200]!r}")
         elif op in ("list", "ls"):
             path = "/v1/sandboxes" if op == "list" else f"/v1/sandboxes/{n}/files?path=chaos"
-            st, body = d.request("GET", path, timeout=60)
+            st, body = self._req("GET", path, timeout=60)
             if st not in (200, 404) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"GET {path} -> {st} {body}")
         elif op in ("run_py", "run_bash"):
             lang, src = ("python", "print(sum(range(1000)))") if op == "run_py" else ("bash", "echo $((6*7))")
-            st, body = d.run(n, src, language=lang, timeout=120)
+            st, body = self._req("POST", f"/v1/sandboxes/{n}/runs", {"language": lang, "source": src}, timeout=120)
             if st == 200 and body.get("id"):
                 with self.lock:
                     self.runs[body["id"]] = n
             elif st != 200 and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"run -> {st} {body}")
         elif op == "stop":
-            st, body = d.request("POST", f"/v1/sandboxes/{n}/stop", timeout=60)
+            st, body = self._req("POST", f"/v1/sandboxes/{n}/stop", timeout=60)
             if st not in (200, 204, 404) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"stop -> {st} {body}")
         elif op == "delete":
             with self.lock:
                 self.uncertain.add(n)
-            st, body = d.request("DELETE", f"/v1/sandboxes/{n}", timeout=120)
+            st, body = self._req("DELETE", f"/v1/sandboxes/{n}", timeout=120)
             if st in (200, 204, 404):
                 with self.lock:
                     self.files = {k: v for k, v in self.files.items() if k[0] != n}
@@ -297,7 +314,7 @@ class Workload:
             elif (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"DELETE -> {st} {body}")  # an explained refusal leaves it uncertain
         elif op == "tier":
-            st, body = d.request("PUT", f"/v1/sandboxes/{n}", {"network": random.choice(self.tiers)}, timeout=120)
+            st, body = self._req("PUT", f"/v1/sandboxes/{n}", {"network": random.choice(self.tiers)}, timeout=120)
             if st not in (200, 201) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"PUT sandbox tier -> {st} {body}")
 
