@@ -20,8 +20,9 @@ Targets (issue 18): existing <= 1.05x bare, new <= 1.05x bare, cold <= 1.15x bar
 Runs as root against two private lensboxd.
 
 With --compare-build-dir DIR, a third lensboxd from another build (e.g. main's, spare_sandboxes = 0) runs the
-`existing` and `cold` variants in the same rounds, and `compare` lines give both medians, their ratio (this build /
-the other) and the median of the per-round differences: this machine is shared and its load swings, so only figures
+`existing` and `cold` variants in the same rounds against this build's second lensboxd, which has the same settings
+(an `existing` there has no spare refill running behind it), and `compare` lines give both medians, their ratio
+(this build / the other) and the median of the per-round differences: this machine is shared and its load swings, so only figures
 from one run compare.
 """
 import argparse
@@ -129,7 +130,7 @@ def measure(args, other):
         if other:
             api_run(other.socket, other.name("warm"), body)
         bare_ms, existing_ms, new_ms, cold_ms, inside_ms, other_ms = [], [], [], [], [], []
-        bwrap_ms, other_cold_ms = [], []
+        bwrap_ms, other_cold_ms, same_ms = [], [], []
         for i in range(args.rounds):
             spare_ready()  # not timed; the machine idles a moment here
             fresh, cold = d.name(f"new{i}"), cold_d.name(f"cold{i}")
@@ -144,6 +145,9 @@ def measure(args, other):
             if other:
                 other_cold = other.name(f"cold{i}")
                 variants.append(lambda: other_ms.append(timed(lambda: api_run(other.socket, other.name("bench"), body))))
+                # this build's `existing` with the other's settings (no spares, so no refill running behind it)
+                variants.append(lambda: same_ms.append(timed(lambda: api_run(cold_d.socket, cold_d.name("warm"),
+                                                                             body))))
                 variants.append(lambda: other_cold_ms.append(timed(lambda: api_run(other.socket, other_cold, body))))
             # Interleaved, so any drift of the machine hits all of them alike, and in an order that rotates every
             # round: the first one after the idle moment runs with colder caches, and each variant is first as
@@ -168,10 +172,10 @@ def measure(args, other):
               f"< bwrap's {w / b:4.2f}x)")
         print(f"  of which the program itself (duration_ms, existing): {statistics.median(inside_ms):.1f} ms")
         if other:
-            o = statistics.median(other_ms)
-            paired = statistics.median(x - y for x, y in zip(existing_ms, other_ms))
-            print(f"compare: existing here {e:.2f} ms, {args.compare_build_dir} {o:.2f} ms, ratio {e / o:5.3f}, "
-                  f"paired difference {paired:+.2f} ms")
+            o, same = statistics.median(other_ms), statistics.median(same_ms)
+            paired = statistics.median(x - y for x, y in zip(same_ms, other_ms))
+            print(f"compare: existing here {same:.2f} ms ({same / b:4.3f}x), {args.compare_build_dir} {o:.2f} ms "
+                  f"({o / b:4.3f}x), ratio {same / o:5.3f}, paired difference {paired:+.2f} ms (both spare_sandboxes 0)")
             oc = statistics.median(other_cold_ms)
             paired_c = statistics.median(x - y for x, y in zip(cold_ms, other_cold_ms))
             print(f"compare: cold here {c:.2f} ms ({c / b:4.2f}x), {args.compare_build_dir} {oc:.2f} ms "
