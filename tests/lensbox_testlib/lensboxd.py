@@ -83,7 +83,7 @@ def wait_for(pred, seconds, step=0.05):
     return pred()
 
 class Daemon:
-    def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None, dir_mode=0o700):
+    def __init__(self, settings=None, images_dir=None, start=True, keep_dirs=None, dir_mode=0o700, env=None):
         assert os.path.isfile(LENSBOXD), f"{LENSBOXD} was not built (cmake --build the lensboxd target)"
         self.images = images_dir or shared_images_dir()  # first: it may fail, and then nothing is left behind
         self.dir = keep_dirs or tempfile.mkdtemp(prefix="lbd-")
@@ -112,6 +112,7 @@ class Daemon:
             "spare_sandboxes": "0",
         }
         self.settings.update(settings or {})
+        self.env = env  # extra environment for lensboxd (chaos: a preloaded fault), None: the test's own
         self.proc = None
         self.log_path = os.path.join(self.dir, "lensboxd.log")
         if start:
@@ -137,7 +138,8 @@ class Daemon:
     def start(self, timeout=20):
         open(os.path.join(self.dir, "none.conf"), "a").close()
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(self.argv(), stdout=self.log, stderr=self.log,
+                                     env={**os.environ, **self.env} if self.env else None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
