@@ -218,6 +218,8 @@ static int loop_attach(int imgfd, const char *img, unsigned block_size, char *de
 		return lb_error_set(err, errno, "opening /dev/loop-control");
 	for (int attempt = 0; attempt < 32; attempt++) {
 		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0 && errno == ENOSPC) /* every loop device is in use and no new one may be added (max_loop) */
+			return lb_error_set(err, ENOSPC, "no free loop device on this host");
 		if (n < 0)
 			return lb_error_set(err, errno, "finding a free loop device");
 		snprintf(dev, devsize, "/dev/loop%d", n);

@@ -9,6 +9,7 @@
  *
  *   main.c        start: the configuration from the core, privileges dropped, confinement, then serving
  *   confine.c     setresuid to api_user, capabilities, no_new_privs, Landlock, seccomp
+ *   accept.c      the accept loop: each connection to libmicrohttpd; out of fds, 503 busy
  *   http.c        libmicrohttpd on the inherited socket (thread per connection), peer credentials, bounded bodies
  *   request.c     what a handler reads of its request: query-string arguments, percent-decoding
  *   routes.c      URL -> handler, name validation
@@ -81,6 +82,16 @@ int lbd_api_main(void);
  * no_new_privs, enters a Landlock domain without filesystem access and loads the seccomp allowlist. -errno with
  * err filled on failure: the process must then exit, never serve unconfined. */
 int lbd_api_confine(const struct lbd_config *cfg, struct lb_error *err);
+
+/* ---- accept.c ---- */
+
+struct lbd_accept;
+struct MHD_Daemon;
+/* Accepts on listen_fd on a thread of its own and hands each connection to mhd; a connection that finds the process
+ * out of file descriptors is answered 503 busy. The listening socket stays the caller's. */
+int lbd_accept_start(struct MHD_Daemon *mhd, int listen_fd, struct lbd_accept **ret, struct lb_error *err);
+/* Stops accepting and joins the thread; NULL is fine. */
+void lbd_accept_stop(struct lbd_accept *ac);
 
 /* ---- http.c ---- */
 

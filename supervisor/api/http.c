@@ -38,6 +38,8 @@
 struct lbd_http {
 	struct lbd_api *a;
 	struct MHD_Daemon *mhd;
+	struct lbd_accept *acceptor; /* accept.c: accepts on listen_fd and hands each connection to mhd */
+	int listen_fd;
 };
 
 /* One request's state across libmicrohttpd's calls of the access handler (all on the connection's thread). */
@@ -413,17 +415,24 @@ int lbd_http_start(struct lbd_api *a, int listen_fd, struct lbd_http **ret, stru
 	if (!h)
 		return lb_error_set(err, ENOMEM, "allocating the HTTP server");
 	h->a = a;
+	h->listen_fd = listen_fd;
+	/* No listening socket of MHD's own: accept.c accepts (and answers 503 busy when fds run out). */
 	h->mhd = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
-		MHD_USE_ITC,
-	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET,
-	    listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape,
+		MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET,
+	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape,
 	    NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)a->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)a->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 	    MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
 	if (!h->mhd) {
 		free(h);
 		return lb_error_setx(err, EIO, "libmicrohttpd could not start on the API socket");
+	}
+	int r = lbd_accept_start(h->mhd, listen_fd, &h->acceptor, err);
+	if (r < 0) {
+		MHD_stop_daemon(h->mhd);
+		free(h);
+		return r;
 	}
 	*ret = h;
 	return 0;
@@ -436,9 +445,8 @@ void lbd_http_stop(struct lbd_http *h)
 	/* No new connections from here on; requests in progress (runs among them) get up to 80 s (below the unit's
 	 * TimeoutStopSec) to finish and deliver their results before the remaining connections are closed. The core
 	 * removes the socket's path. */
-	MHD_socket lfd = MHD_quiesce_daemon(h->mhd);
-	if (lfd != MHD_INVALID_SOCKET)
-		close(lfd);
+	lbd_accept_stop(h->acceptor);
+	close(h->listen_fd);
 	for (int i = 0; i < 1600 && atomic_load(&h->a->in_flight) > 0; i++)
 		usleep(50 * 1000);
 	atomic_store(&h->a->stopping, true); /* a stream still waiting for the core ends within 1 s */
