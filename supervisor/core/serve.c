@@ -20,11 +20,13 @@
  *     LBP_REPLY).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -87,6 +89,31 @@ static void reply(int fd, struct lbd_res *res)
 		lb_debug("component=core", "the reply could not be sent: %s", strerror(-r));
 }
 
+/* Under this many free descriptors below RLIMIT_NOFILE a request is refused before it starts: a start, a run or a
+ * transfer opens a few dozen at most, and one that ran out halfway would fail with a less useful answer. */
+#define LBD_FD_HEADROOM 64
+
+/* Whether the core is about to run out of descriptors: the lowest free number is within LBD_FD_HEADROOM of the soft
+ * limit (numbers are handed out lowest first, so everything below it is in use). Two syscalls, no scan. */
+static bool fds_short(int fd)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return false;
+	int t = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (t < 0)
+		return errno == EMFILE || errno == ENFILE;
+	close(t);
+	return (rlim_t)t + LBD_FD_HEADROOM > rl.rlim_cur;
+}
+
+static void fds_refusal(struct lbd_res *res)
+{
+	lbd_res_error(res, 503, "busy",
+		      "lensboxd's core is out of file descriptors (RLIMIT_NOFILE); the request was not done. Try again "
+		      "in a moment.");
+}
+
 /* Serves one request on the channel: 1 when it was answered and the channel goes on, 0 when the API process closed
  * it (or sent nothing in time), -1 when the message was refused (answered 400; the channel is then closed). */
 static int serve_request(struct lbd *d, int fd, struct lbp_msg *m)
@@ -99,9 +126,15 @@ static int serve_request(struct lbd *d, int fd, struct lbp_msg *m)
 		lbp_msg_clear(m);
 		r = -EBADMSG;
 	}
-	if (r < 0) {
+	if (r == -EMFILE) {
+		fds_refusal(&res);
+		r = 0;
+	} else if (r < 0) {
 		refused(d, "request channel", r);
 		lbd_res_error(&res, 400, "bad_message", "The core refused a malformed message from the API process.");
+	} else if (fds_short(fd)) {
+		lbp_msg_clear(m);
+		fds_refusal(&res);
 	} else {
 		handlers[m->hdr.type](d, m, &res);
 		lbp_msg_clear(m);

@@ -347,6 +347,17 @@ refuse:
 	return -EBADMSG;
 }
 
+/* Whether this process has no descriptor left (it cannot duplicate sock). */
+static bool out_of_fds(int sock)
+{
+	int t = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+	if (t >= 0) {
+		close(t);
+		return false;
+	}
+	return errno == EMFILE || errno == ENFILE;
+}
+
 int lbp_recv(int sock, struct lbp_msg *ret)
 {
 	static_assert(LBP_MESSAGE_MAX < (1u << 20), "a message fits a small receive buffer");
@@ -393,7 +404,12 @@ int lbp_recv(int sock, struct lbp_msg *ret)
 	if (bad || nfds > LBP_MAX_FDS) {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
-		r = -EBADMSG;
+		/* The kernel also says MSG_CTRUNC when it could not install a descriptor because this process is at
+		 * its RLIMIT_NOFILE (our buffer holds one more than the protocol allows, so a sender cannot cause it
+		 * otherwise without breaking the limit): that is a shortage of ours, not a malformed message. */
+		r = (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == MSG_CTRUNC && nfds <= LBP_MAX_FDS && out_of_fds(sock)
+			? -EMFILE
+			: -EBADMSG;
 	} else {
 		r = lbp_decode(buf, (size_t)n, fds, nfds, ret);
 	}

@@ -233,7 +233,9 @@ int lbp_send_reply(int sock, unsigned status, const char *content_type, const ch
 		   size_t len, int fd);
 
 /* Receives and fully validates one message (the invariants above). 0 on success (ret owns its fds), -ENODATA at
- * the end of the stream, -EBADMSG for anything malformed (nothing leaks: every received fd is closed). */
+ * the end of the stream, -EBADMSG for anything malformed, -EMFILE when the kernel could not give this process the
+ * message's descriptors (its RLIMIT_NOFILE reached; the message is lost). Nothing leaks: every received fd is
+ * closed on failure. */
 int lbp_recv(int sock, struct lbp_msg *ret);
 /* Validates a received datagram already in memory (lbp_recv's second half; the fuzz target's entry). fds are taken
  * over: closed on failure, moved into ret on success. */
