@@ -155,16 +155,18 @@ def _cpu_ticks(pid):
     return int(x[11]) + int(x[12])
 
 
-def _fd_fault(d, part, which, acked, run_ids):
-    """One process of lensboxd held to a few fds above what it has; requests of every kind, then the limit back."""
+def _fd_fault(d, part, which, slack, acked, run_ids):
+    """One process of lensboxd held to slack fds above what it has; requests of every kind, then the limit back.
+    With a small slack the limit must be met (some request refused); with a larger one, requests may pass the
+    core's headroom check and run out halfway: then too, each answer must be a documented one."""
     pid = d.proc.pid if which == "core" else _api_pid(d)
     if not pid:
         part.fail(f"{which}: the API process was not found below {d.proc.pid}")
         return
-    a, m = d.name("running"), d.name(f"fd-{which}")
+    a, m = d.name("running"), d.name(f"fd-{which}-{slack}")
     held = len(os.listdir(f"/proc/{pid}/fd"))
     soft, _ = _nofile(pid)
-    _nofile(pid, held + 4)
+    _nofile(pid, held + slack)
     idle, results, lock = [], [], threading.Lock()
     refusals = 0
     try:
@@ -176,13 +178,13 @@ def _fd_fault(d, part, which, acked, run_ids):
         reqs = [("health", "GET", "/v1/health", None, (200,)),
                 ("a run in a running sandbox", "POST", f"/v1/sandboxes/{a}/runs", _run_body("print(5)"), (200,)),
                 ("a new sandbox's first run", "POST", f"/v1/sandboxes/{m}/runs", _run_body("print(5)"), (200,)),
-                ("an upload", "PUT", f"/v1/sandboxes/{a}/files/fd-{which}.bin", os.urandom(30_000), (201,)),
+                ("an upload", "PUT", f"/v1/sandboxes/{a}/files/fd-{which}-{slack}.bin", os.urandom(30_000), (201,)),
                 ("a download", "GET", f"/v1/sandboxes/{a}/files/during.bin", None, (200,)),
                 ("a listing", "GET", "/v1/sandboxes", None, (200,))]
 
         def one(i, req):
             label, method, path, body, ok = req
-            st, h, raw = _ask(d, part, f"{which} fd limit: {label} #{i}", method, path, body)
+            st, h, raw = _ask(d, part, f"{which} fd limit +{slack}: {label} #{i}", method, path, body)
             with lock:
                 results.append((label, i, st, h, raw, ok, body))
 
@@ -197,35 +199,35 @@ def _fd_fault(d, part, which, acked, run_ids):
             part.tries += 1
             if st is None:
                 continue
-            v = _verdict(part, f"{which} fd limit: {label} #{i}", st, h, raw, ok)
+            v = _verdict(part, f"{which} fd limit +{slack}: {label} #{i}", st, h, raw, ok)
             refusals += v not in ("ok", None)
             if v == "ok" and label == "an upload":
-                acked[(a, f"fd-{which}.bin")] = sha(body)
+                acked[(a, f"fd-{which}-{slack}.bin")] = sha(body)
             if v == "ok" and "run" in label:
                 run_ids.append((_json(raw) or {}).get("id"))
         busy = ticks / (os.sysconf("SC_CLK_TCK") * wall)
-        part.notes.append(f"{which} fd limit ({held} held, soft limit {held + 4}): {refusals} documented refusals, "
+        part.notes.append(f"{which} fd limit +{slack} ({held} held, soft limit {held + slack}): {refusals} documented refusals, "
                           f"{busy:.0%} of a CPU over {wall:.1f} s")
         if busy > 0.5:
-            part.fail(f"{which} fd limit: lensboxd's {which} process used {busy:.0%} of a CPU (spinning)")
-        if not refusals:
-            part.fail(f"{which} fd limit: every request succeeded: the limit was never reached")
+            part.fail(f"{which} fd limit +{slack}: lensboxd's {which} process used {busy:.0%} of a CPU (spinning)")
+        if not refusals and slack < 10:
+            part.fail(f"{which} fd limit +{slack}: every request succeeded: the limit was never reached")
     finally:
         for s in idle:
             s.close()
         _nofile(pid, soft)
     if d.proc.poll() is not None or (which == "api" and _api_pid(d) != pid):
-        part.fail(f"{which} fd limit: lensboxd's {which} process did not survive")
+        part.fail(f"{which} fd limit +{slack}: lensboxd's {which} process did not survive")
         return
     for label, method, path, body, ok in (
             ("health", "GET", "/v1/health", None, (200,)),
             ("a run in the running sandbox", "POST", f"/v1/sandboxes/{a}/runs", _run_body("print(7)"), (200,)),
             ("a new sandbox's first run", "POST", f"/v1/sandboxes/{m}/runs", _run_body("print(7)"), (200,)),
-            ("an upload", "PUT", f"/v1/sandboxes/{a}/files/after-{which}.txt", b"after", (201,))):
-        st, h, raw = _ask(d, part, f"{which} limit restored: {label}", method, path, body)
+            ("an upload", "PUT", f"/v1/sandboxes/{a}/files/after-{which}-{slack}.txt", b"after", (201,))):
+        st, h, raw = _ask(d, part, f"{which} limit +{slack} restored: {label}", method, path, body)
         if st not in ok:
-            part.fail(f"{which} limit restored: {label}: {st} {raw[:300]!r}")
-    acked[(a, f"after-{which}.txt")] = sha(b"after")
+            part.fail(f"{which} limit +{slack} restored: {label}: {st} {raw[:300]!r}")
+    acked[(a, f"after-{which}-{slack}.txt")] = sha(b"after")
 
 
 def part_host_faults(scale):
@@ -248,8 +250,8 @@ def part_host_faults(scale):
             part.fail(f"first upload: {st} {raw[:200]!r}")
         acked[(a, "keep.bin")] = sha(keep)
         _loop_fault(d, part, flag, acked)
-        for which in ("core", "api"):
-            _fd_fault(d, part, which, acked, run_ids)
+        for which, slack in (("core", 4), ("core", 80), ("api", 4)):
+            _fd_fault(d, part, which, slack, acked, run_ids)
         for (name, path), digest in acked.items():
             st, _, raw = d.raw("GET", f"/v1/sandboxes/{name}/files/{path}")
             if st != 200 or sha(raw) != digest:
