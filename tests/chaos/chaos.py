@@ -55,11 +55,12 @@ class Scale:
     load_connections: int = 40
     load_sandboxes: int = 10
     noise_seconds: float = 8   # each noisy neighbour (part 6)
+    host_rounds: int = 1       # loop devices exhausted, fd limits reached (faults: host, hostfaults.py)
 
 
 SHORT = Scale()
 FULL = Scale(kills=100, sandboxes=20, service_kills=50, load_seconds=600, load_connections=200, load_sandboxes=50,
-             noise_seconds=30)
+             noise_seconds=30, host_rounds=10)
 
 
 @dataclass

@@ -58,9 +58,9 @@ def _run_body(source):
     return {"language": "python", "source": source}
 
 
-def _loop_fault(d, part, flag, acked):
+def _loop_fault(d, part, flag, acked, rnd):
     """The loop devices exhausted (the flag file exists), then back."""
-    a, s, n = d.name("running"), d.name("stopped"), d.name("new")
+    a, s, n = d.name("running"), d.name(f"stopped{rnd}"), d.name(f"new{rnd}")
     st, _, raw = d.raw("POST", f"/v1/sandboxes/{a}/runs", _run_body("print('up')"))
     st2, _, raw2 = d.raw("POST", f"/v1/sandboxes/{s}/runs", _run_body("print('up')"))
     st3, _, raw3 = d.raw("POST", f"/v1/sandboxes/{s}/stop")
@@ -78,10 +78,10 @@ def _loop_fault(d, part, flag, acked):
         part.fail(f"a run in a running sandbox, no loop device: {raw[:200]!r}")
     data = os.urandom(50_000)
     st, h, raw = _ask(d, part, "an upload to a running sandbox, no loop device", "PUT",
-                      f"/v1/sandboxes/{a}/files/during.bin", data)
+                      f"/v1/sandboxes/{a}/files/during{rnd}.bin", data)
     part.tries += 1
     if _verdict(part, "an upload to a running sandbox, no loop device", st, h, raw, (201,)) == "ok":
-        acked[(a, "during.bin")] = sha(data)
+        acked[(a, f"during{rnd}.bin")] = sha(data)
     # what needs a new storage mount must be refused with its cause
     for label, method, path, body in (
             ("a new sandbox's first run, no loop device", "POST", f"/v1/sandboxes/{n}/runs", _run_body("print(1)")),
@@ -155,7 +155,7 @@ def _cpu_ticks(pid):
     return int(x[11]) + int(x[12])
 
 
-def _fd_fault(d, part, which, slack, acked, run_ids):
+def _fd_fault(d, part, which, slack, acked, run_ids, rnd):
     """One process of lensboxd held to slack fds above what it has; requests of every kind, then the limit back.
     With a small slack the limit must be met (some request refused); with a larger one, requests may pass the
     core's headroom check and run out halfway: then too, each answer must be a documented one."""
@@ -163,7 +163,7 @@ def _fd_fault(d, part, which, slack, acked, run_ids):
     if not pid:
         part.fail(f"{which}: the API process was not found below {d.proc.pid}")
         return
-    a, m = d.name("running"), d.name(f"fd-{which}-{slack}")
+    a, m = d.name("running"), d.name(f"fd-{which}-{slack}-{rnd}")
     held = len(os.listdir(f"/proc/{pid}/fd"))
     soft, _ = _nofile(pid)
     _nofile(pid, held + slack)
@@ -178,8 +178,9 @@ def _fd_fault(d, part, which, slack, acked, run_ids):
         reqs = [("health", "GET", "/v1/health", None, (200,)),
                 ("a run in a running sandbox", "POST", f"/v1/sandboxes/{a}/runs", _run_body("print(5)"), (200,)),
                 ("a new sandbox's first run", "POST", f"/v1/sandboxes/{m}/runs", _run_body("print(5)"), (200,)),
-                ("an upload", "PUT", f"/v1/sandboxes/{a}/files/fd-{which}-{slack}.bin", os.urandom(30_000), (201,)),
-                ("a download", "GET", f"/v1/sandboxes/{a}/files/during.bin", None, (200,)),
+                ("an upload", "PUT", f"/v1/sandboxes/{a}/files/fd-{which}-{slack}-{rnd}.bin", os.urandom(30_000),
+                 (201,)),
+                ("a download", "GET", f"/v1/sandboxes/{a}/files/during{rnd}.bin", None, (200,)),
                 ("a listing", "GET", "/v1/sandboxes", None, (200,))]
 
         def one(i, req):
@@ -202,7 +203,7 @@ def _fd_fault(d, part, which, slack, acked, run_ids):
             v = _verdict(part, f"{which} fd limit +{slack}: {label} #{i}", st, h, raw, ok)
             refusals += v not in ("ok", None)
             if v == "ok" and label == "an upload":
-                acked[(a, f"fd-{which}-{slack}.bin")] = sha(body)
+                acked[(a, f"fd-{which}-{slack}-{rnd}.bin")] = sha(body)
             if v == "ok" and "run" in label:
                 run_ids.append((_json(raw) or {}).get("id"))
         busy = ticks / (os.sysconf("SC_CLK_TCK") * wall)
@@ -223,11 +224,11 @@ def _fd_fault(d, part, which, slack, acked, run_ids):
             ("health", "GET", "/v1/health", None, (200,)),
             ("a run in the running sandbox", "POST", f"/v1/sandboxes/{a}/runs", _run_body("print(7)"), (200,)),
             ("a new sandbox's first run", "POST", f"/v1/sandboxes/{m}/runs", _run_body("print(7)"), (200,)),
-            ("an upload", "PUT", f"/v1/sandboxes/{a}/files/after-{which}-{slack}.txt", b"after", (201,))):
+            ("an upload", "PUT", f"/v1/sandboxes/{a}/files/after-{which}-{slack}-{rnd}.txt", b"after", (201,))):
         st, h, raw = _ask(d, part, f"{which} limit +{slack} restored: {label}", method, path, body)
         if st not in ok:
             part.fail(f"{which} limit +{slack} restored: {label}: {st} {raw[:300]!r}")
-    acked[(a, f"after-{which}-{slack}.txt")] = sha(b"after")
+    acked[(a, f"after-{which}-{slack}-{rnd}.txt")] = sha(b"after")
 
 
 def part_host_faults(scale):
@@ -249,9 +250,16 @@ def part_host_faults(scale):
         if st != 201:
             part.fail(f"first upload: {st} {raw[:200]!r}")
         acked[(a, "keep.bin")] = sha(keep)
-        _loop_fault(d, part, flag, acked)
-        for which, slack in (("core", 4), ("core", 80), ("api", 4)):
-            _fd_fault(d, part, which, slack, acked, run_ids)
+        for rnd in range(scale.host_rounds):
+            _loop_fault(d, part, flag, acked, rnd)
+            for which, slack in (("core", 4), ("core", 80), ("api", 4)):
+                _fd_fault(d, part, which, slack, acked, run_ids, rnd)
+            # the round's sandboxes stopped (files kept), so that rounds never meet max_running
+            for name in [d.name(f"stopped{rnd}"), d.name(f"new{rnd}")] + [
+                    d.name(f"fd-{w}-{k}-{rnd}") for w, k in (("core", 4), ("core", 80), ("api", 4))]:
+                st, _, raw = d.raw("POST", f"/v1/sandboxes/{name}/stop")
+                if st not in (200, 404):  # 404: its first run was refused before the sandbox was made
+                    part.fail(f"stopping {name} after round {rnd}: {st} {raw[:200]!r}")
         for (name, path), digest in acked.items():
             st, _, raw = d.raw("GET", f"/v1/sandboxes/{name}/files/{path}")
             if st != 200 or sha(raw) != digest:
