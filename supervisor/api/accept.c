@@ -79,7 +79,8 @@ static bool out_of_fds(struct lbd_accept *ac)
 		refuse(fd);
 		close(fd);
 		if (ac->refused++ % 100 == 0)
-			lb_warn("component=api", "out of file descriptors: a connection was answered 503 busy (%llu so far)",
+			lb_warn("component=api",
+				"out of file descriptors: a connection was answered 503 busy (%llu so far)",
 				(unsigned long long)ac->refused);
 	}
 	ac->reserve = fcntl(ac->listen_fd, F_DUPFD_CLOEXEC, 0);
@@ -91,7 +92,8 @@ static void *accept_main(void *arg)
 	struct lbd_accept *ac = arg;
 	int wait_ms = -1;
 	for (;;) {
-		struct pollfd p[2] = { { .fd = ac->listen_fd, .events = POLLIN }, { .fd = ac->wake, .events = POLLIN } };
+		struct pollfd p[2] = { { .fd = ac->listen_fd, .events = POLLIN },
+				       { .fd = ac->wake, .events = POLLIN } };
 		int n = poll(p, 2, wait_ms);
 		if (n < 0 && errno != EINTR)
 			wait_ms = 100;
@@ -104,7 +106,8 @@ static void *accept_main(void *arg)
 		socklen_t len = sizeof(sa);
 		int fd = accept4(ac->listen_fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd >= 0) {
-			/* MHD takes the socket whatever it answers: it closes one it cannot serve (the connection limit). */
+			/* MHD takes the socket whatever it answers: it closes one it cannot serve (the connection
+			 * limit). */
 			(void)MHD_add_connection(ac->mhd, fd, (const struct sockaddr *)&sa, len);
 			if (ac->reserve < 0)
 				ac->reserve = fcntl(ac->listen_fd, F_DUPFD_CLOEXEC, 0);

@@ -420,8 +420,9 @@ int lbd_http_start(struct lbd_api *a, int listen_fd, struct lbd_http **ret, stru
 	h->mhd = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
 		MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET,
-	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape,
-	    NULL, MHD_OPTION_CONNECTION_LIMIT, (unsigned)a->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED,
+	    on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned)a->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
 	    (unsigned)a->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
 	    MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
 	if (!h->mhd) {

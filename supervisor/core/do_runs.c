@@ -343,10 +343,11 @@ static int run_locked(struct lbd *d, const char *name, struct lbd_sandbox *sb, c
 		if (r == -EMFILE || r == -ENFILE) {
 			/* lensboxd's own fds (RLIMIT_NOFILE) or the host's (fs.file-max) ran out: a shortage of the
 			 * daemon, not a fault of the sandbox, which stays as it is; the run may be tried again. */
-			lbd_res_error(res, 503, "busy",
-				      "lensboxd ran out of file descriptors during the run (%s); no result was recorded. "
-				      "Try again in a moment.",
-				      err.msg);
+			lbd_res_error(
+			    res, 503, "busy",
+			    "lensboxd ran out of file descriptors during the run (%s); no result was recorded. "
+			    "Try again in a moment.",
+			    err.msg);
 			return -1;
 		}
 		/* A sandbox whose exec machinery failed may be broken: the next run starts a fresh one. */
