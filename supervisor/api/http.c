@@ -1,7 +1,8 @@
 /*
  * http.c — the API's transport: the Unix socket the core created, served with libmicrohttpd.
  *
- * Runs in the API process (api_user, confined). libmicrohttpd runs one thread per connection
+ * Runs in the API process (api_user, confined). accept.c accepts the connections and hands them to libmicrohttpd
+ * (it answers 503 busy itself when the process is out of descriptors); libmicrohttpd runs one thread per connection
  * (MHD_USE_THREAD_PER_CONNECTION), so a run that takes a minute blocks only its own connection: health, listing and
  * file requests on other connections are served at once. Connections are capped (max_connections) and time out
  * (connection_timeout_seconds).

@@ -18,6 +18,9 @@
  *     closes its channel.
  *   - On the control socket only LBP_CHANNEL is accepted; on a channel only request types (never LBP_CHANNEL or
  *     LBP_REPLY).
+ *   - Out of file descriptors is a shortage, not an attack: a request that arrives with fewer than LBD_FD_HEADROOM
+ *     free below RLIMIT_NOFILE, or whose descriptors the kernel could not install, is answered 503 busy (not done)
+ *     and the channel goes on.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -325,6 +326,37 @@ static void flood_then_serve(void **state)
 	assert_string_equal(m.u.name.name, "still-here");
 }
 
+/* The kernel could not install the message's descriptor (this process at its RLIMIT_NOFILE): -EMFILE, a shortage,
+ * not -EBADMSG; once descriptors are free again the channel serves. */
+static void out_of_fds_told_apart(void **state)
+{
+	(void)state;
+	const char src[] = "print(1)\n";
+	int fd = lbp_memfd("src", src, sizeof(src) - 1);
+	assert_true(fd >= 0);
+	struct lbp_run run = { .name = "chat-1",
+			       .language = LB_LANGUAGE_PYTHON,
+			       .timeout_seconds = 60,
+			       .output_limit = 10000,
+			       .source_len = sizeof(src) - 1 };
+	assert_int_equal(lbp_send(pair[0], LBP_RUN, &run, sizeof(run), &fd, 1), 0);
+	close(fd);
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	int lowest = fcntl(pair[1], F_DUPFD_CLOEXEC, 0);
+	assert_true(lowest >= 0);
+	close(lowest);
+	struct rlimit tight = { .rlim_cur = (rlim_t)lowest, .rlim_max = old.rlim_max };
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &tight), 0);
+	int r = lbp_recv(pair[1], &m);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(r, -EMFILE);
+	struct lbp_name n = { "after" };
+	assert_int_equal(lbp_send(pair[0], LBP_SANDBOX_STOP, &n, sizeof(n), NULL, 0), 0);
+	assert_int_equal(lbp_recv(pair[1], &m), 0);
+	assert_string_equal(m.u.name.name, "after");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -334,6 +366,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(progress_accepted_and_forged_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(wrong_descriptors_refused_and_closed, setup, teardown),
 		cmocka_unit_test_setup_teardown(flood_then_serve, setup, teardown),
+		cmocka_unit_test_setup_teardown(out_of_fds_told_apart, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
