@@ -12,10 +12,11 @@
  * Retry-After (docs/api.md) and closed, and the reserve taken again. When even that fails, the loop waits 100 ms
  * before the next accept, so a shortage never costs more than a few wakeups a second.
  *
- * Invariants: the refusal reads at most 8 KiB of the request (to let the client finish sending, so it reads the
- * answer instead of a broken pipe) and waits at most 200 ms for it; it never blocks on a write (non-blocking socket,
- * one short write). Stopping (lbd_accept_stop) wakes the thread through an eventfd and joins it; the listening
- * socket is the caller's.
+ * Invariants: the refusal never blocks on a write (non-blocking socket, one short write); it then reads and drops
+ * at most 4 MiB of the request for at most 2 s (200 ms without data ends it), so that the client can finish sending
+ * and read the answer instead of failing on a broken pipe. Only one refusal is under way at a time (it holds the
+ * reserve), and while it lingers no other connection could have been accepted anyway. Stopping (lbd_accept_stop) wakes
+ * the thread through an eventfd and joins it; the listening socket is the caller's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -47,12 +49,22 @@ struct lbd_accept {
 static const char REFUSAL_BODY[] = "{\"error\":{\"code\":\"busy\",\"message\":\"lensboxd's API process is out of file "
 				   "descriptors (too many connections or open files); try again in a moment.\"}}\n";
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The answer first (one non-blocking write: a fresh connection's buffer holds it), then a lingering close: what the
+ * client still sends is read and dropped, so that it can finish sending its request and read the answer instead of
+ * failing on a broken pipe. Bounded: REFUSE_DRAIN bytes, REFUSE_LINGER_MS in all, REFUSE_QUIET_MS without data. */
+#define REFUSE_DRAIN	 (4u << 20)
+#define REFUSE_LINGER_MS 2000
+#define REFUSE_QUIET_MS	 200
+
 static void refuse(int fd)
 {
-	char req[8192];
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, 200) > 0)
-		(void)!recv(fd, req, sizeof(req), MSG_DONTWAIT);
 	char msg[512];
 	int n = snprintf(msg, sizeof(msg),
 			 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
@@ -61,6 +73,19 @@ static void refuse(int fd)
 	if (n > 0 && (size_t)n < sizeof(msg))
 		(void)!send(fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	shutdown(fd, SHUT_WR);
+	char buf[16384];
+	size_t drained = 0;
+	for (uint64_t t0 = mono_ms(), now = t0; drained < REFUSE_DRAIN && now - t0 < REFUSE_LINGER_MS;
+	     now = mono_ms()) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t left = REFUSE_LINGER_MS - (now - t0);
+		if (poll(&p, 1, (int)(left < REFUSE_QUIET_MS ? left : REFUSE_QUIET_MS)) <= 0)
+			return;
+		ssize_t got = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+			return; /* the client has read the answer and closed, or is gone */
+		drained += got > 0 ? (size_t)got : 0;
+	}
 }
 
 /* Out of descriptors: answers the waiting connection with the reserve's number. false: nothing could be done (no
