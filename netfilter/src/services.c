@@ -10,9 +10,11 @@
  * (netparse.h), never forwarded: lensbox asks the upstream its own A query and builds a fresh answer holding only
  * addresses outside denied.list and the host's own (DNS-rebinding protection). `packages` sandboxes get answers only
  * for names on packages.list (NXDOMAIN for anything else, so DNS cannot carry data out); `web` sandboxes for any name.
- * AAAA and other types get an empty answer: sandboxes are IPv4-only.
+ * AAAA is asked and answered the same way for `web` sandboxes when they have IPv6 (IPv6 ranges of denied.list, the
+ * NAT64 forms of its IPv4 ones, the host's IPv6 addresses dropped); other types, and AAAA for the rest, get an empty
+ * answer.
  *
- *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A? --> filter --> answer
+ *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A/AAAA? --> filter --> answer
  *
  * Relay (TCP, ctx->relay_port): a `packages` sandbox's TCP 80/443 arrives here by DNAT. The relay reads the first
  * bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI / Host name, refuses names not on
@@ -142,16 +144,16 @@ static int service_start(struct lb_net *ctx, int fd_in, void *(*main_fn)(void *)
 
 /* ---------------------------------------------------------------- upstream DNS client */
 
-int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
-			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
+int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
+			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
 {
 	uint16_t id;
 	if (getrandom(&id, sizeof(id), 0) != sizeof(id))
 		return -EIO;
-	struct lb_dns_query q = { .id = id, .qtype = LB_DNS_TYPE_A, .qclass = 1 };
+	struct lb_dns_query q = { .id = id, .qtype = qtype, .qclass = 1 };
 	snprintf(q.name, sizeof(q.name), "%s", name);
 	uint8_t pkt[512];
-	int len = lb_dns_build_query(id, name, LB_DNS_TYPE_A, pkt, sizeof(pkt));
+	int len = lb_dns_build_query(id, name, qtype, pkt, sizeof(pkt));
 	if (len < 0)
 		return len;
 	/* EDNS(0) OPT record offering 1232-byte answers (the common safe size), so few answers come truncated:
@@ -198,12 +200,12 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 		for (size_t i = 0; i < nraw; i++) {
 			uint32_t be;
 			memcpy(&be, raw[i], 4);
-			if (lb_net_addr_denied(ctx, be)) {
+			if (qtype == LB_DNS_TYPE_A ? lb_net_addr_denied(ctx, be) : lb_net_addr6_denied(ctx, raw[i])) {
 				dropped++;
 				continue;
 			}
 			if (kept < max)
-				addrs[kept++].s_addr = be;
+				memcpy(addrs[kept++], raw[i], 16);
 		}
 		*ret_n = kept;
 		*ret_dropped = dropped;
@@ -211,6 +213,17 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 		*ret_ttl = ttl > 300 ? 300 : ttl;
 		return 0;
 	}
+}
+
+int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
+			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
+{
+	uint8_t raw[16][16];
+	int r = lb_upstream_resolve(ctx, name, LB_DNS_TYPE_A, raw, max < 16 ? max : 16, ret_n, ret_dropped, ret_rcode,
+				    ret_ttl);
+	for (size_t i = 0; r == 0 && i < *ret_n; i++)
+		memcpy(&addrs[i].s_addr, raw[i], 4);
+	return r;
 }
 
 /* ---------------------------------------------------------------- resolver */
@@ -224,14 +237,10 @@ struct dns_job {
 	size_t len;
 };
 
-static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode, const struct in_addr *addrs, size_t n,
+/* Answers q with n addresses (4 or 16 bytes each, as q's type wants, in 16-byte slots). */
+static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode, const uint8_t (*a16)[16], size_t n,
 		   uint32_t ttl)
 {
-	uint8_t a16[16][16] = { 0 };
-	if (n > LB_ARRAY_SIZE(a16))
-		n = LB_ARRAY_SIZE(a16);
-	for (size_t i = 0; i < n; i++)
-		memcpy(a16[i], &addrs[i], 4);
 	uint8_t out[512]; /* what a client without EDNS accepts: drop addresses until the answer fits */
 	int len;
 	do
@@ -262,15 +271,16 @@ static void *dns_job_main(void *arg)
 		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
 		goto out;
 	}
-	if (q.qtype != LB_DNS_TYPE_A) {
-		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60); /* sandboxes are IPv4-only */
+	/* IPv6 addresses only for a sandbox that has IPv6 (web, with the pool on); other types have no answer */
+	if (q.qtype != LB_DNS_TYPE_A && !(q.qtype == LB_DNS_TYPE_AAAA && atomic_load(&ctx->shared[slot].ipv6))) {
+		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60);
 		goto out;
 	}
-	struct in_addr addrs[16];
+	uint8_t addrs[16][16];
 	size_t n = 0, dropped = 0;
 	int rcode = 0;
 	uint32_t ttl = 0;
-	r = lb_upstream_resolve_a(ctx, q.name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
+	r = lb_upstream_resolve(ctx, q.name, q.qtype, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
 	if (r < 0) {
 		answer(job, &q, LB_DNS_RCODE_SERVFAIL, NULL, 0, 0);
 		goto out;

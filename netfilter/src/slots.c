@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -78,6 +79,22 @@ bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
 	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
 		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
 		    ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == addr_be)
+			local = true;
+	freeifaddrs(ifa);
+	return local;
+}
+
+bool lb_net_addr6_denied(struct lb_net *ctx, const uint8_t addr[16])
+{
+	if (lb_cidr_list_denies6(&ctx->denied, addr))
+		return true;
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return true; /* cannot tell: refuse */
+	bool local = false;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 &&
+		    memcmp(((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr.s6_addr, addr, 16) == 0)
 			local = true;
 	freeifaddrs(ifa);
 	return local;

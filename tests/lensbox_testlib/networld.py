@@ -292,7 +292,8 @@ class World:
         gw = words[2]
         with open(f"/etc/netns/{ns}/resolv.conf", "w") as f:
             f.write(f"nameserver {RESOLVER_ADDR if gw != '-' else '127.0.0.1'}\noptions timeout:2 attempts:1\n")
-        return {"ns": ns, "ifname": words[0], "addr": words[1], "gateway": gw, "name": name}
+        return {"ns": ns, "ifname": words[0], "addr": words[1], "gateway": gw, "name": name,
+                "addr6": words[3] if len(words) > 3 else "-", "gateway6": words[4] if len(words) > 4 else "-"}
 
     def probe(self, sb, **args):
         r = sh(PY, AGENT, "probe", json.dumps(args), ns=sb["ns"], timeout=60)
