@@ -299,7 +299,7 @@ static int explain_tier(int dfd, const char *tier, const struct lbc_explain *e, 
 			f.relay_rate[0] ? " new relayed connections" : "");
 	fprintf(m, "; %s%s%s; %s; everything else refused at once and counted",
 		f.udp ? "UDP forwarded (see the rules)" : "no UDP", f.icmp ? ", ICMP forwarded" : ", no ICMP",
-		f.ipv4_only			      ? ", no IPv6"
+		f.ipv4_only ? ", no IPv6"
 		: f.anti_spoof6 && (f.denied6_first || !f.fwd_ports[0])
 		    ? ", IPv6 under the same rules (denied.list's IPv6 ranges and the NAT64 form of every denied IPv4 "
 		      "address refused first)"

@@ -73,13 +73,13 @@ struct lb_net {
 	char *policy_dir;
 	uint32_t pool_base; /* host order */
 	unsigned pool_prefix;
-	uint8_t pool6_base[16];	     /* the IPv6 pool's first address (lb_net_pool6_addr) */
+	uint8_t pool6_base[16]; /* the IPv6 pool's first address (lb_net_pool6_addr) */
 	unsigned pool6_prefix;
-	bool ipv6;		     /* web sandboxes get IPv6: the pool is on and the kernel forwards it (init) */
-	bool ipv6_per_interface;     /* ... by force_forwarding on the sandboxes' veths and the uplinks */
-	char ipv6_why[200];	     /* why not, when !ipv6 */
-	atomic_bool route6;	     /* the host has an IPv6 default route (lb_net_follow_uplinks): without one, IPv6
-					destinations are unroutable, so web sandboxes attached meanwhile get no IPv6 */
+	bool ipv6;		 /* web sandboxes get IPv6: the pool is on and the kernel forwards it (init) */
+	bool ipv6_per_interface; /* ... by force_forwarding on the sandboxes' veths and the uplinks */
+	char ipv6_why[200];	 /* why not, when !ipv6 */
+	atomic_bool route6;	 /* the host has an IPv6 default route (lb_net_follow_uplinks): without one, IPv6
+				    destinations are unroutable, so web sandboxes attached meanwhile get no IPv6 */
 	struct lb_slot *slots;
 	size_t n_slots;
 	struct lb_cidr_list denied; /* denied.list plus the pool */

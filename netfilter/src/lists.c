@@ -3,8 +3,9 @@
  * names (policy/network/packages.list), parsed and matched.
  *
  * Runs in lensboxd and its tools at load time (parsing) and in the resolver and relay threads (matching); needs no
- * privilege. An IPv6 address is also checked in its NAT64 form against the IPv4 ranges (lb_cidr_list_denies6). Invariants: a parsed CIDR has zero host bits and prefix <= 32/128; a listed name is a valid lower-case
- * host name. Lists are immutable once loaded, so matching needs no lock.
+ * privilege. An IPv6 address is also checked in its NAT64 form against the IPv4 ranges (lb_cidr_list_denies6).
+ * Invariants: a parsed CIDR has zero host bits and prefix <= 32/128; a listed name is a valid lower-case host name.
+ * Lists are immutable once loaded, so matching needs no lock.
  */
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -871,7 +871,9 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	bool route6 = atomic_load(&ctx->route6);
 	h->ipv6 = ctx->ipv6 && route6; /* ctx->ipv6 is set at init only */
 	snprintf(h->ipv6_why, sizeof(h->ipv6_why), "%s",
-		 !ctx->ipv6 ? ctx->ipv6_why : route6 ? "" : "the host has no IPv6 default route");
+		 !ctx->ipv6 ? ctx->ipv6_why
+		 : route6   ? ""
+			    : "the host has no IPv6 default route");
 }
 
 const char *lb_net_resolv_conf(enum lb_tier tier)

@@ -19,8 +19,8 @@
 #include "lb/nftpolicy.h"
 
 static const char *const base_words[] = { "POOL4", "POOL6", "RESOLVER_PORT", "RELAY_PORT" };
-static const char *const tier_words[] = { "SB",		   "IFACE",	 "ADDR",	  "GATEWAY", "NAME",
-					  "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR", "ADDR6",   "GATEWAY6" };
+static const char *const tier_words[] = { "SB",		"IFACE",	 "ADDR",  "GATEWAY", "NAME", "RESOLVER_PORT",
+					  "RELAY_PORT", "RESOLVER_ADDR", "ADDR6", "GATEWAY6" };
 static const char *const offload_words[] = { "UPLINKS" };
 static const char *const services_words[] = { "SERVICES_UID", "UPSTREAM", "UPSTREAM_PORT", "RESOLVER_PORT",
 					      "RELAY_PORT" };
@@ -150,7 +150,7 @@ static void print_without_nat64(FILE *f, const struct lb_cidr *c)
 	uint8_t first[16], last[16], before[16], after[16];
 	for (unsigned i = 0; i < 16; i++) {
 		unsigned bits = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
-		uint8_t mask = bits >= 8 ? 0xff : (uint8_t)(0xff << (8 - bits));
+		uint8_t mask = (uint8_t)(bits >= 8 ? 0xff : 0xff << (8 - bits));
 		first[i] = c->addr[i] & mask;
 		last[i] = (uint8_t)(c->addr[i] | (uint8_t)~mask);
 	}

@@ -394,8 +394,9 @@ static int add_neighbour(struct nl_sock *sock, int ifindex, const uint8_t ip6[16
  * advertisements, IPv6 on. Paths are of the calling thread's network namespace. */
 static int ipv6_link_sysctls(const char *ifname, struct lb_error *err)
 {
-	static const char *const keys[][2] = { { "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" },
-					       { "disable_ipv6", "0" } };
+	static const char *const keys[][2] = {
+		{ "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" }, { "disable_ipv6", "0" }
+	};
 	char path[128];
 	for (size_t i = 0; i < LB_ARRAY_SIZE(keys); i++) {
 		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, keys[i][0]);

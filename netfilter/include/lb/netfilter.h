@@ -23,10 +23,10 @@
 #include "lb/error.h"
 #include "lb/tier.h"
 
-#define LB_NET_DEFAULT_POOL	     "10.231.0.0/16"
+#define LB_NET_DEFAULT_POOL "10.231.0.0/16"
 /* The IPv6 pool `web` sandboxes' /126 links come from: a unique local range (RFC 4193; inside fc00::/7, so no
  * sandbox reaches another's address, denied.list) that the host translates onto its uplink (NAT66, base.nft). */
-#define LB_NET_DEFAULT_POOL6 "fd6c:6273::/64"
+#define LB_NET_DEFAULT_POOL6	     "fd6c:6273::/64"
 #define LB_NET_DEFAULT_RESOLVER_PORT 10053
 #define LB_NET_DEFAULT_RELAY_PORT    10080
 #define LB_NET_IFPREFIX		     "lbh" /* host-side veth names: lbh<slot> */
