@@ -290,6 +290,30 @@ static void ipv6_decide(struct lb_net *ctx, bool on)
 	}
 }
 
+/* The two pools of cfg into ctx (bases, prefixes, the number of slots) and whether web sandboxes get IPv6. */
+static int take_pools(struct lb_net *ctx, const struct lb_net_config *cfg, struct lb_cidr *pool, struct lb_cidr *pool6,
+		      struct lb_error *err)
+{
+	const char *pool_s = cfg->pool ? cfg->pool : LB_NET_DEFAULT_POOL;
+	if (lb_cidr_parse(pool_s, pool) < 0 || pool->family != AF_INET || pool->prefix < 8 || pool->prefix > 28)
+		return lb_error_setx(err, EINVAL, "network pool %s: expected an IPv4 range with prefix 8..28", pool_s);
+	uint32_t base_be;
+	memcpy(&base_be, pool->addr, 4);
+	ctx->pool_base = ntohl(base_be);
+	ctx->pool_prefix = pool->prefix;
+	ctx->n_slots = (size_t)1 << (32 - pool->prefix - 2);
+	if (ctx->n_slots > MAX_SLOTS)
+		ctx->n_slots = MAX_SLOTS;
+	bool ipv6_on;
+	if (lb_net_pool6_parse(cfg->pool6, pool6, &ipv6_on) < 0)
+		return lb_error_setx(err, EINVAL, "network pool6 %s: expected an IPv6 range with prefix 8..96, or off",
+				     cfg->pool6);
+	memcpy(ctx->pool6_base, pool6->addr, 16);
+	ctx->pool6_prefix = pool6->prefix;
+	ipv6_decide(ctx, ipv6_on);
+	return 0;
+}
+
 int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err)
 {
 	struct lb_net *ctx = calloc(1, sizeof(*ctx));
@@ -305,29 +329,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		goto fail;
 	}
 
-	struct lb_cidr pool;
-	const char *pool_s = cfg->pool ? cfg->pool : LB_NET_DEFAULT_POOL;
-	if (lb_cidr_parse(pool_s, &pool) < 0 || pool.family != AF_INET || pool.prefix < 8 || pool.prefix > 28) {
-		r = lb_error_setx(err, EINVAL, "network pool %s: expected an IPv4 range with prefix 8..28", pool_s);
+	struct lb_cidr pool, pool6;
+	r = take_pools(ctx, cfg, &pool, &pool6, err);
+	if (r < 0)
 		goto fail;
-	}
-	uint32_t base_be;
-	memcpy(&base_be, pool.addr, 4);
-	ctx->pool_base = ntohl(base_be);
-	ctx->pool_prefix = pool.prefix;
-	ctx->n_slots = (size_t)1 << (32 - pool.prefix - 2);
-	if (ctx->n_slots > MAX_SLOTS)
-		ctx->n_slots = MAX_SLOTS;
-	struct lb_cidr pool6;
-	bool ipv6_on;
-	if (lb_net_pool6_parse(cfg->pool6, &pool6, &ipv6_on) < 0) {
-		r = lb_error_setx(err, EINVAL, "network pool6 %s: expected an IPv6 range with prefix 8..96, or off",
-				  cfg->pool6);
-		goto fail;
-	}
-	memcpy(ctx->pool6_base, pool6.addr, 16);
-	ctx->pool6_prefix = pool6.prefix;
-	ipv6_decide(ctx, ipv6_on);
 	ctx->slots = calloc(ctx->n_slots, sizeof(*ctx->slots));
 	if (!ctx->slots) {
 		r = lb_error_set(err, ENOMEM, "allocating slots");
