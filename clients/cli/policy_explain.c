@@ -188,8 +188,11 @@ static bool recognise(struct tier_facts *f, const char *chain, const char *line,
 	}
 	if (dnat && strstr(line, "udp dport 53 dnat ip to {{GATEWAY}}:{{RESOLVER_PORT}}"))
 		return f->dns_resolver = true;
-	if (dnat && (strcmp(line, "ip daddr @denied4 return") == 0 || strcmp(line, "fib daddr type local return") == 0))
+	if (dnat && (strcmp(line, "ip daddr @denied4 return") == 0 || strcmp(line, "ip6 daddr @denied6 return") == 0 ||
+		     strcmp(line, "fib daddr type local return") == 0))
 		return true;
+	if (dnat && strstr(line, "dnat ip6 to [{{GATEWAY6}}]:{{RELAY_PORT}}") && strncmp(line, "tcp dport", 9) == 0)
+		return true; /* the IPv6 twin of the IPv4 redirection below, on the same ports */
 	if (dnat && strstr(line, "dnat ip to {{GATEWAY}}:{{RELAY_PORT}}") && strncmp(line, "tcp dport", 9) == 0) {
 		ports_after(line, "tcp dport", f->relay_ports, sizeof(f->relay_ports));
 		return true;

@@ -187,9 +187,6 @@ void lb_relay_shutdown_all(struct lb_net *ctx);
  * that were refused. */
 int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
 			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
-/* The same for A records, as IPv4 addresses (at most 16). */
-int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
-			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
 
 /* ---- isolate.c ---- */
 
@@ -218,6 +215,8 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);
+/* The same for a sandbox's IPv6 address (only a sandbox that has IPv6 has one). */
+int lb_net_lookup_source6(struct lb_net *ctx, const uint8_t addr[16], unsigned *ret_slot, enum lb_tier *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
 enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
 /* Takes one unit of a sandbox's share; false (and nothing taken) when it is used up. */

@@ -629,7 +629,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	uint8_t gw6[16], addr6[16];
 	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
 	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
-	bool ipv6 = t == LB_TIER_WEB && ctx->ipv6 && atomic_load(&ctx->route6);
+	bool ipv6 = ctx->ipv6 && atomic_load(&ctx->route6); /* web and packages alike */
 	if (ipv6) {
 		r = lb_veth_setup_ipv6(netns_fd, ifname, "eth0", gw6, addr6, err);
 		if (r < 0)

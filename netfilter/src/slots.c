@@ -34,6 +34,25 @@ int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slo
 	return 0;
 }
 
+int lb_net_lookup_source6(struct lb_net *ctx, const uint8_t addr[16], unsigned *ret_slot, enum lb_tier *ret_tier)
+{
+	/* the pool's prefix is at most 96 bits and its slots use the low 32 bits only (lb_net_pool6_parse) */
+	if (memcmp(addr, ctx->pool6_base, 12) != 0)
+		return -ENOENT;
+	uint32_t low;
+	memcpy(&low, addr + 12, 4);
+	low = ntohl(low);
+	if (low % 4 != 2 || low / 4 >= ctx->n_slots)
+		return -ENOENT;
+	unsigned slot = low / 4;
+	enum lb_tier t = (enum lb_tier)atomic_load(&ctx->shared[slot].tier);
+	if ((t != LB_TIER_PACKAGES && t != LB_TIER_WEB) || !atomic_load(&ctx->shared[slot].ipv6))
+		return -ENOENT;
+	*ret_slot = slot;
+	*ret_tier = t;
+	return 0;
+}
+
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot)
 {
 	if (slot < ctx->n_slots)

@@ -166,7 +166,7 @@ def test_explain_landlock_and_tiers_from_the_files():
     for t in tiers.values():
         assert t["unexplained"] == [], t
     assert "no UDP, no ICMP, IPv6 under the same rules" in tiers["web"]["summary"]
-    assert "no UDP, no ICMP, no IPv6" in tiers["packages"]["summary"]
+    assert "no UDP, no ICMP, IPv6 under the same rules" in tiers["packages"]["summary"]
     assert "only through lensboxd's relay" in tiers["packages"]["summary"]
 
 
