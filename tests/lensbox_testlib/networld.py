@@ -181,8 +181,9 @@ class NetCtl:
 
 
 class World:
-    def __init__(self):
-        self.tag = f"lbt{os.getpid() % 100000}"
+    def __init__(self, suffix=""):
+        """suffix: told apart from another World of the same process (namespaces are named after the pid)."""
+        self.tag = f"lbt{os.getpid() % 100000}{suffix}"
         self.host, self.inet, self.lan = f"{self.tag}-host", f"{self.tag}-inet", f"{self.tag}-lan"
         self.sandboxes = []
         self.procs = []
@@ -257,10 +258,12 @@ class World:
     def world_addresses(self):
         """Every address this module gives the world's namespaces (IPv4 and IPv6), as ipaddress objects."""
         import ipaddress
-        return {ipaddress.ip_address(a) for a in ({HOST_UPLINK_IP, INET_GW_IP, HOST_LAN_IP, LAN_IP, METADATA_IP, REGISTRY_IP, SITE_IP, DNS_IP,
+        addrs = {HOST_UPLINK_IP, INET_GW_IP, HOST_LAN_IP, LAN_IP, METADATA_IP, REGISTRY_IP, SITE_IP, DNS_IP,
                  HOST_UPLINK6_IP, INET_GW6_IP, HOST_LAN6_IP, LAN6_IP, REGISTRY6_IP, SITE_DUAL6_IP, SITE6_IP, DNS6_IP}
-                | set(DENIED6_BAIT) | ({HOST_UPLINK2_IP, INET_GW2_IP, HOST_UPLINK2_6_IP, INET_GW2_6_IP}
-                                       if "up1" in self.host_ifaces else set()))}
+        addrs |= set(DENIED6_BAIT)
+        if "up1" in self.host_ifaces:
+            addrs |= {HOST_UPLINK2_IP, INET_GW2_IP, HOST_UPLINK2_6_IP, INET_GW2_6_IP}
+        return {ipaddress.ip_address(a) for a in addrs}
 
     def _assert_sealed_ipv6(self):
         """IPv6: no interface takes router advertisements or makes addresses; the only IPv6 addresses are static
@@ -273,7 +276,7 @@ class World:
                 for key in ("accept_ra", "autoconf"):
                     path = f"/proc/sys/net/ipv6/conf/{name}/{key}"
                     value = sh("cat", path, ns=ns, check=False).stdout.strip()
-                    assert value in ("0", ""), f"{ns}: {path} is {value}"
+                    assert value == "0", f"{ns}: {path} is {value!r}"
             for iface in json.loads(sh("ip", "-j", "-6", "addr", "show", ns=ns).stdout or "[]"):
                 for a in iface.get("addr_info", []):
                     # autoconf (SLAAC) and DHCPv6-less RA addresses carry "dynamic" (a finite valid lifetime)
@@ -290,9 +293,8 @@ class World:
                     defaults.add((ns, r.get("gateway"), r.get("dev")))
         assert defaults == self.ipv6_defaults, f"IPv6 default routes {defaults}, expected {self.ipv6_defaults}"
         # the machine's own namespace holds none of this world's addresses
-        own = {ipaddress.ip_address(a["local"]) for i in json.loads(subprocess.run(["ip", "-j", "addr", "show"], check=True,
-                                                               capture_output=True, text=True).stdout)
-               for a in i.get("addr_info", [])}
+        machine = subprocess.run(["ip", "-j", "addr", "show"], check=True, capture_output=True, text=True).stdout
+        own = {ipaddress.ip_address(a["local"]) for i in json.loads(machine) for a in i.get("addr_info", [])}
         assert not own & self.world_addresses(), f"the machine's namespace holds {own & self.world_addresses()}"
 
     def assert_sealed(self):
