@@ -189,6 +189,9 @@ def test_dns_over_ipv6_refused(world):
     another server over IPv6 is refused like any other UDP."""
     refused(world, world.a, "EACCES", op="dns", server=world.a["gateway6"], name=nw.SITE6, qtype=28)
     refused(world, world.a, "EACCES", op="dns", server=nw.DNS6_IP, name=nw.SITE6, qtype=28)
+    # nor the resolver's own port, nor DNS over TCP, at the gateway's IPv6 address
+    refused(world, world.a, "EACCES", op="udp", addr=world.a["gateway6"], port=nw.RESOLVER_PORT)
+    refused(world, world.a, "ECONNREFUSED", op="http", host=world.a["gateway6"], port=53)
 
 
 @needs_pool6
@@ -307,3 +310,21 @@ def test_pool6_off_gives_web_no_ipv6():
         assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r
         r = w.probe(sb, op="http", host=nw.SITE, port=80)  # IPv4 as ever
         assert r["ok"] and json.loads(r["body"])["site"] == "site", r
+
+
+@needs_pool6
+def test_ipv6_follows_the_default_route_to_a_new_uplink():
+    """test_network_uplinks.py's move for IPv6: both default routes move to a second link; once lensbox has followed
+    them (`uplinks`), a web sandbox's IPv6 leaves through the new link, masqueraded behind its address."""
+    with nw.World(suffix="u") as w:
+        w.start_lensbox()
+        sb = w.add_sandbox("w6up", "web")
+        r = w.probe(sb, op="http", host=nw.SITE6_IP, port=80)
+        assert r["ok"] and json.loads(r["body"])["client"] == nw.HOST_UPLINK6_IP, r
+        w.add_second_uplink()
+        w.move_default_route(nw.INET_GW2_IP, "up1")
+        assert w.ctl.ok("uplinks") == ["1"]
+        r = w.probe(sb, op="http", host=nw.SITE6_IP, port=80)
+        assert r["ok"] and json.loads(r["body"])["client"] == nw.HOST_UPLINK2_6_IP, r
+        r = w.probe(sb, op="http", host=nw.SITE_IP, port=80)
+        assert r["ok"] and json.loads(r["body"])["client"] == nw.HOST_UPLINK2_IP, r
