@@ -328,3 +328,54 @@ def test_ipv6_follows_the_default_route_to_a_new_uplink():
         assert r["ok"] and json.loads(r["body"])["client"] == nw.HOST_UPLINK2_6_IP, r
         r = w.probe(sb, op="http", host=nw.SITE_IP, port=80)
         assert r["ok"] and json.loads(r["body"])["client"] == nw.HOST_UPLINK2_IP, r
+
+
+REAL_NO_POOL6 = nw.has_pool6("lensbox-net-sandbox")
+
+
+@pytest.mark.skipif(bool(REAL_NO_POOL6), reason=REAL_NO_POOL6 or "lensbox-net-sandbox has --pool6")
+def test_real_web_sandbox_over_ipv6():
+    """The same from inside a REAL sandbox (lb_runner: user, mount, pid and net namespaces, Landlock, seccomp, an
+    unprivileged uid, the default python image), as test_network_sandbox.py does for IPv4: nothing of the runner's
+    confinement stands in IPv6's way, and the host's refusals reach the program as they do in a plain namespace."""
+    from lensbox_testlib import images
+    rootfs = os.environ.get("LENSBOX_TEST_ROOTFS") or images.default_rootfs()
+    agent = open(nw.AGENT).read().split('if __name__ == "__main__":')[0]
+    with nw.World(suffix="r") as w:
+        w.start_lensbox(tool="lensbox-net-sandbox")
+        words = w.ctl.ok(f"start r6web web {rootfs} {w.tmp}/storage {w.tmp}/run 231300")
+        try:
+            assert len(words) == 5 and words[3] != "-", words
+            gw6 = words[4]
+            ops = [
+                ({"op": "http", "host": nw.SITE6, "family": 6, "port": 80}, "ok"),
+                ({"op": "http", "host": nw.SITE6, "family": 6, "port": 443, "tls": True, "sni": nw.SITE6,
+                  "ca": "/tmp/ca.pem"}, "ok"),
+                ({"op": "resolve", "name": nw.SITE, "family": 0}, "ok"),
+                ({"op": "http", "host": nw.SITE6_IP, "port": 8080}, "ECONNREFUSED"),
+                ({"op": "udp", "addr": nw.SITE6_IP, "port": 9999}, "EACCES"),
+                ({"op": "http", "host": nw.LAN6_IP, "port": 80}, "ECONNREFUSED"),
+                ({"op": "http", "host": nw.NAT64_METADATA_IP, "port": 80}, "ECONNREFUSED"),
+                ({"op": "http", "host": nw.HOST_UPLINK6_IP, "port": 80}, "ECONNREFUSED"),
+                ({"op": "http", "host": gw6, "port": 80}, "ECONNREFUSED"),
+                ({"op": "resolve", "name": nw.REBIND6, "family": 6}, "EAI_NONAME"),
+            ]
+            code = (agent + f"\nopen('/tmp/ca.pem', 'w').write({open(w.ca).read()!r})\n"
+                    f"for a in json.loads({json.dumps([o for o, _ in ops])!r}):\n    probe(a)\n")
+            before = int(w.ctl.ok("blocked r6web")[0])
+            reply = w.ctl.cmd(f"exec r6web 120 {code.encode().hex()}")
+            assert reply.startswith("ok "), reply
+            _, status, sig, out, err = reply.split(" ")
+            assert (status, sig) == ("0", "0"), bytes.fromhex(err).decode() if err != "-" else ""
+            results = [json.loads(line) for line in bytes.fromhex(out).decode().splitlines() if line.startswith("{")]
+            assert len(results) == len(ops), results
+            for r, (_, want) in zip(results, ops):
+                if want == "ok":
+                    assert r["ok"], r
+                else:
+                    assert r["ok"] is False and r["error"] == want and r["elapsed"] < 1.0, (want, r)
+            assert json.loads(results[0]["body"])["site"] == "site6", results[0]
+            assert results[2]["addrs"] == sorted([nw.SITE_IP, nw.SITE_DUAL6_IP]), results[2]
+            assert int(w.ctl.ok("blocked r6web")[0]) >= before + len(ops) - 3
+        finally:
+            w.ctl.cmd("stop r6web")
