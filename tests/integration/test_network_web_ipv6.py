@@ -8,10 +8,9 @@ are forwarded and masqueraded behind the host's uplink address (NAT66); the deni
 IPv4-embedding form of a denied IPv4 address, the LAN), the host's own addresses and every other port, UDP and ICMPv6
 are refused at once (a TCP reset: ECONNREFUSED; ICMPv6 admin-prohibited: EACCES, as the kernel maps it) and counted in
 the sandbox's network_blocked. Every refused target has a live listener (networld.DENIED6_BAIT and the rest), so a
-refusal proves the rule. The resolver answers AAAA for `web`; `packages` gets empty AAAA and no IPv6; `off` has lo only.
-
-Tests that need the product skip, saying so, while this build's lensbox-net has no --pool6; the `off` and `packages`
-ones hold on both sides of it and always run.
+refusal proves the rule. The resolver answers AAAA for `web`, and for `packages` the names of its list; a `packages`
+sandbox's TCP 80/443 over IPv6 goes to the relay like its IPv4, which reaches an IPv6-only registry by name
+(networld.REGISTRY6); `off` has lo only.
 """
 import ipaddress
 import json
@@ -24,15 +23,18 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from lensbox_testlib import networld as nw  # noqa: E402
 
-NO_POOL6 = nw.has_pool6()
-needs_pool6 = pytest.mark.skipif(bool(NO_POOL6), reason=NO_POOL6 or "lensbox-net has --pool6")
+assert not nw.has_pool6(), "this build's lensbox-net has no --pool6: build the lensbox-net target"
+
+
+def needs_pool6(f):  # every build has it now; kept so the tests read as the contract they check
+    return f
 METADATA_MAPPED = "::ffff:169.254.169.254"  # an IPv4-mapped address: the kernel turns the connect into IPv4
 
 
 @pytest.fixture(scope="module")
 def world():
     with nw.World() as w:
-        w.start_lensbox()
+        w.start_lensbox(["--package", nw.REGISTRY6])
         w.a = w.add_sandbox("w6a", "web")
         w.b = w.add_sandbox("w6b", "web")
         w.pkg = w.add_sandbox("w6pkg", "packages")
@@ -283,17 +285,42 @@ def test_off_sandbox_has_only_lo(world):
         assert r["ok"] is False and r["error"] == "ENETUNREACH" and r["elapsed"] < 1.0, r
 
 
-def test_packages_sandbox_has_no_ipv6(world):
-    assert world.pkg["addr6"] == "-", world.pkg
-    assert in_ns(world.pkg["ns"], "ip", "-j", "-6", "route", "show", "table", "all") == []
-    assert in_ns(world.pkg["ns"], "ip", "-j", "-6", "addr", "show") == []
-    r = world.probe(world.pkg, op="http", host=nw.SITE6_IP, port=443)
-    assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r
-    # pypi.org has an AAAA in the world (test_networld_ipv6.py); packages gets none
+def test_packages_sandbox_gets_its_ipv6_link(world):
+    gw6, addr6 = slot_link6(world.pkg)
+    assert (world.pkg["gateway6"], world.pkg["addr6"]) == (gw6, addr6), world.pkg
+    # AAAA only for the names of its list, as A
     r = world.probe(world.pkg, op="dns", server=nw.RESOLVER_ADDR, name="pypi.org", qtype=28)
+    assert r["ok"] and r["rcode"] == 0 and r["addrs"] == [nw.REGISTRY6_IP], r
+    r = world.probe(world.pkg, op="dns", server=nw.RESOLVER_ADDR, name=nw.REGISTRY6, qtype=28)
+    assert r["ok"] and r["rcode"] == 0 and r["addrs"] == [nw.REGISTRY6_IP], r
+    r = world.probe(world.pkg, op="dns", server=nw.RESOLVER_ADDR, name=nw.REGISTRY6, qtype=1)
     assert r["ok"] and r["rcode"] == 0 and r["addrs"] == [], r
-    r = world.probe(world.pkg, op="dns", server=nw.RESOLVER_ADDR, name="pypi.org", qtype=1)
-    assert r["ok"] and r["rcode"] == 0 and r["addrs"] == [nw.REGISTRY_IP], r
+    r = world.probe(world.pkg, op="dns", server=nw.RESOLVER_ADDR, name=nw.SITE6, qtype=28)
+    assert r["ok"] and r["rcode"] == 3, r  # NXDOMAIN: not on the list
+
+
+@pytest.mark.parametrize("port,tls", [(80, False), (443, True)])
+def test_packages_reaches_the_ipv6_only_registry_by_name(world, port, tls):
+    args = {"op": "http", "host": nw.REGISTRY6, "family": 6, "port": port}
+    if tls:
+        args.update(tls=True, sni=nw.REGISTRY6, ca=world.ca)
+    r = world.probe(world.pkg, **args)
+    assert r["ok"] and r["status"] == 200 and '"site": "registry"' in r["body"], r
+    assert f'"host": "{nw.REGISTRY6}"' in r["body"], r
+
+
+def test_packages_refuses_other_ipv6_names_and_addresses(world):
+    # a name not on the list, over IPv6: the relay resets it (the TCP connection reached the relay, not the site)
+    refused(world, world.pkg, "ECONNRESET", op="http", host=nw.SITE6_IP, port=80, host_header=nw.SITE6)
+    refused(world, world.pkg, "ECONNRESET", op="http", host=nw.SITE6_IP, port=443, tls=True, sni=nw.SITE6,
+            ca=world.ca)
+    # a listed name at another site's address: the relay resolves the name itself, so it reaches the registry
+    r = world.probe(world.pkg, op="http", host=nw.SITE6_IP, port=80, host_header=nw.REGISTRY6)
+    assert r["ok"] and '"site": "registry"' in r["body"], r
+    # denied addresses are not even redirected; another port and the host's addresses are refused
+    refused(world, world.pkg, "ECONNREFUSED", op="http", host=nw.LAN6_IP, port=443)
+    refused(world, world.pkg, "ECONNREFUSED", op="http", host=nw.SITE6_IP, port=8080)
+    refused(world, world.pkg, "ECONNREFUSED", op="http", host=nw.HOST_UPLINK6_IP, port=8000)
 
 
 # ---- --pool6 off

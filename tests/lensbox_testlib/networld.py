@@ -66,7 +66,9 @@ NAT64_METADATA_IP = "64:ff9b::a9fe:a9fe"  # 169.254.169.254 through the well-kno
 SITE6 = "site6.example"
 REBIND6 = "rebind6.example"  # a public-looking name whose AAAA is the LAN host
 METADATA64 = "metadata64.example"  # one whose AAAA embeds the metadata address (NAT64)
+REGISTRY6 = "pypi6.example"  # the registry stand-in reachable only over IPv6 (AAAA only; list it with --package)
 NAMES6 = {SITE: SITE_DUAL6_IP, SITE6: SITE6_IP, "pypi.org": REGISTRY6_IP, "files.pythonhosted.org": REGISTRY6_IP,
+          REGISTRY6: REGISTRY6_IP,
           NEIGHBOUR: REGISTRY6_IP, REBIND6: LAN6_IP, METADATA64: NAT64_METADATA_IP}
 # Addresses of denied IPv6 ranges held by inet's lo, each with an HTTP server on port 80: were lensbox to let a
 # sandbox's packet to one through, the host's default route would bring it there and it would be answered.
@@ -349,7 +351,7 @@ class World:
         sh("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
            "-keyout", f"{d}/ca.key", "-out", self.ca, "-days", "2", "-subj", "/CN=lensbox test CA")
         self.certs = {}
-        for name in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR, SITE, SITE6):
+        for name in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR, SITE, SITE6, REGISTRY6):
             key, csr, crt, ext = (f"{d}/{name}.{x}" for x in ("key", "csr", "pem", "ext"))
             with open(ext, "w") as f:
                 f.write(f"subjectAltName=DNS:{name}\n")
@@ -397,7 +399,7 @@ class World:
     def _servers(self):
         self.spawn(self.inet, "dns", {"listen": [DNS_IP, 53], "listen6": [DNS6_IP, 53], "names": NAMES,
                                       "names6": NAMES6, "slow": {SLOW: 1.0}})
-        reg_certs = {n: self.certs[n] for n in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR)}
+        reg_certs = {n: self.certs[n] for n in ("pypi.org", "files.pythonhosted.org", NEIGHBOUR, REGISTRY6)}
         self.spawn(self.inet, "http", {"site": "registry", "listen": [[REGISTRY_IP, 443, True], [REGISTRY_IP, 80,
                                                                                                  False],
                                                                       [REGISTRY_IP, 8080, False],
