@@ -107,6 +107,8 @@ static const struct key_def keys[] = {
 	{ "networking", K_BOOL, FN(networking), 0, 0, "on",
 	  "on: the packages and web tiers work (nftables table inet lensbox, resolver, relay); off: only network off" },
 	{ "network_pool", K_STRING, F(network_pool), 0, 0, "10.231.0.0/16", "IPv4 CIDR for the sandboxes' /30 links" },
+	{ "network_pool6", K_STRING, F(network_pool6), 0, 0, "fd6c:6273::/64",
+	  "IPv6 CIDR (prefix 8-96) for the web sandboxes' /126 links, translated onto the uplink; off: no IPv6" },
 	{ "services_uid", K_U32, FN(services_uid), 0, 4000000000u, "999999999",
 	  "uid and gid the DNS resolver and packages relay run as, in processes of their own (they parse the "
 	  "sandboxes' DNS, TLS and HTTP bytes); outside the sandboxes' uid range; 0: as threads of lensboxd (root)" },

@@ -53,6 +53,7 @@ struct lbd_config {
 	uint64_t body_memory_bytes; /* request bodies held in memory at once, over every connection */
 	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
 	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
+	char network_pool6[48];	    /* IPv6 CIDR the web sandboxes' /126s come from, or "off" */
 	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
 	uint32_t services_uid;	    /* uid/gid of the resolver's and relay's processes; 0: lensboxd's threads */
 	uint32_t dns_per_sandbox;   /* resolver queries in flight per sandbox (fair shares) */

@@ -2,13 +2,16 @@
  * doctor_net.c — `lensbox doctor`'s network checks: whether nftables takes a table with the pieces the `packages`
  * and `web` tiers' templates use (the .nft files of policy/network: interval sets, conntrack state, fib, socket owner
  * uid, reject, counters, nat with dnat and masquerade, hooks input/forward/output/prerouting/postrouting), whether the
- * kernel has flowtables (policy/network/offload.nft, optional), and whether a veth pair can be made.
+ * kernel has flowtables (policy/network/offload.nft, optional), whether a veth pair can be made, and whether `web`
+ * sandboxes get IPv6 here (as lensboxd decides it in netfilter/src/net.c: the pool on, per-interface forwarding or
+ * all.forwarding, an IPv6 default route; read from /proc under the doctor's root, so it can be simulated).
  *
  * Runs in the CLI process; the probes run in a child inside a throwaway network namespace (lbc_in_throwaway_netns,
  * as `lensbox policy check` loads its templates), so the host's tables and links are never touched. The child
  * writes one line per probe: "<name> ok" or "<name> <the kernel's or nftables' reason>".
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netlink/netlink.h>
 #include <netlink/route/link/veth.h>
 #include <nftables/libnftables.h>
@@ -21,6 +24,7 @@
 #include "doctor.h"
 #include "policy.h"
 #include "lb/cleanup.h"
+#include "lb/fileio.h"
 
 static const char probe_tiers[] =
     "add table inet lbdoctor\n"
@@ -133,6 +137,64 @@ static const char *probe_line(char *out, const char *name, char *buf, size_t siz
 	return NULL;
 }
 
+/* Whether /proc/net/ipv6_route (under the doctor's root) holds a usable default route: destination ::/0, not a
+ * reject route, on a device other than lo. */
+static bool has_ipv6_default_route(const struct lbc_doctor *d)
+{
+	char path[512];
+	lbc_doc_path(d, "/proc/net/ipv6_route", path, sizeof(path));
+	_cleanup_free_ char *text = NULL;
+	if (lb_read_file_at(AT_FDCWD, path, 1 << 20, &text, NULL) < 0)
+		return false;
+	char *save = NULL;
+	for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		char dst[33], dev[32];
+		unsigned plen, flags;
+		if (sscanf(l, "%32s %x %*s %*s %*s %*s %*s %*s %x %31s", dst, &plen, &flags, dev) != 4)
+			continue;
+		if (plen == 0 && strspn(dst, "0") == 32 && !(flags & 0x0200u) && strcmp(dev, "lo") != 0)
+			return true; /* 0x0200: RTF_REJECT */
+	}
+	return false;
+}
+
+static void ipv6_check(struct lbc_doctor *d)
+{
+	char path[512];
+	if (strcmp(d->cfg.network_pool6, "off") == 0) {
+		lbc_doc_add(d, "ipv6", LBC_DOC_OK, NULL, NULL, "turned off (network_pool6 = off): web is IPv4 only");
+		return;
+	}
+	lbc_doc_path(d, "/proc/sys/net/ipv6", path, sizeof(path));
+	if (access(path, F_OK) != 0) {
+		lbc_doc_add(d, "ipv6", LBC_DOC_OK, NULL, NULL, "this kernel has no IPv6: web is IPv4 only");
+		return;
+	}
+	lbc_doc_path(d, "/proc/sys/net/ipv6/conf/all/force_forwarding", path, sizeof(path));
+	bool per_interface = access(path, F_OK) == 0;
+	lbc_doc_path(d, "/proc/sys/net/ipv6/conf/all/forwarding", path, sizeof(path));
+	_cleanup_free_ char *all = NULL;
+	bool all_on = lb_read_file_at(AT_FDCWD, path, 16, &all, NULL) == 0 && all[0] == '1';
+	bool route = has_ipv6_default_route(d);
+	if (!route) {
+		lbc_doc_add(d, "ipv6", LBC_DOC_OK, NULL, NULL,
+			    "no IPv6 default route on this host: web sandboxes get IPv4 only (IPv6 from the next "
+			    "attach once the host has one)");
+	} else if (!per_interface && !all_on) {
+		lbc_doc_add(
+		    d, "ipv6", LBC_DOC_WARN,
+		    "web sandboxes get no IPv6: this kernel (before 6.17) forwards IPv6 only with the host-wide "
+		    "net.ipv6.conf.all.forwarding, which lensboxd never turns on (it also makes interfaces "
+		    "with accept_ra=1 ignore router advertisements)",
+		    "sysctl -w net.ipv6.conf.UPLINK.accept_ra=2 (if the uplink takes router advertisements), "
+		    "then sysctl -w net.ipv6.conf.all.forwarding=1, and restart lensboxd",
+		    "an IPv6 default route, no per-interface forwarding, all.forwarding = 0");
+	} else {
+		lbc_doc_add(d, "ipv6", LBC_DOC_OK, NULL, NULL, "web sandboxes get IPv6 (%s)",
+			    per_interface ? "force_forwarding on their veths and the uplinks" : "all.forwarding is on");
+	}
+}
+
 void lbc_doctor_net(struct lbc_doctor *d)
 {
 	if (!d->cfg.networking) {
@@ -180,4 +242,5 @@ void lbc_doctor_net(struct lbc_doctor *d)
 	    ok	? "a veth pair can be made"
 	    : r ? r
 		: "no answer from the probe");
+	ipv6_check(d);
 }

@@ -50,9 +50,10 @@ int lbc_in_throwaway_netns(int (*fn)(void *data, int out_fd), void *data, size_t
 			   struct lb_error *err);
 
 /* The values lensboxd fills the network templates with, as its configuration sets them (policy_files.c reads the
- * keys network_pool, services_uid and dns_upstream of lensboxd.conf; lensboxd's defaults otherwise). */
+ * keys network_pool, network_pool6, services_uid and dns_upstream of lensboxd.conf; lensboxd's defaults otherwise). */
 struct lbc_net_params {
 	char pool[32];
+	char pool6[48];
 	uint32_t services_uid;
 	char upstream[16];
 	uint16_t upstream_port;

@@ -279,7 +279,7 @@ static int nft_job_run(void *data, int fd)
 				    .upstream_port = 53,
 				    .name = "check",
 				    .uplinks = "\"lo\"" };
-	if (dfd < 0 || lb_nft_vars_init(&vars, NULL, 0, 0) < 0)
+	if (dfd < 0 || lb_nft_vars_init(&vars, NULL, NULL, 0, 0) < 0)
 		return -EIO;
 	_cleanup_free_ char *tmpl[LB_NFT_TEMPLATE_COUNT] = { 0 };
 	for (int t = 0; t < LB_NFT_TEMPLATE_COUNT; t++) {

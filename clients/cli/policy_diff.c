@@ -268,17 +268,20 @@ static int expect_job_run(void *data, int fd)
 	struct lb_cidr pool;
 	size_t len;
 	int r = dfd < 0 ? lb_error_set(&e, errno, "opening %s", job->dir) : 0;
-	if (r == 0 && lb_nft_vars_init(&v, job->params->pool, 0, 0) < 0)
-		r = lb_error_setx(&e, EINVAL, "network pool %s: not an IPv4 range with prefix 8..28",
-				  job->params->pool);
+	if (r == 0 && lb_nft_vars_init(&v, job->params->pool, job->params->pool6, 0, 0) < 0)
+		r = lb_error_setx(&e, EINVAL,
+				  "network pools %s, %s: not an IPv4 range with prefix 8..28 and an IPv6 one with "
+				  "prefix 8..96",
+				  job->params->pool, job->params->pool6);
 	for (int t = 0; r == 0 && t < LB_NFT_TEMPLATE_COUNT; t++)
 		if ((t != LB_NFT_SERVICES || v.services_uid) && (t != LB_NFT_OFFLOAD || job->offload))
 			r = read_template(dfd, (enum lb_nft_template)t, &tmpl[t], &e);
 	if (r == 0 && (lbc_policy_read(dfd, "network/denied.list", &denied, &len, &e) < 0 ||
 		       lb_cidr_list_parse(denied, &dl, &e) < 0))
 		r = lb_error_wrap(&e, "network/denied.list");
-	if (r == 0 && (lb_cidr_parse(v.pool, &pool) < 0 || lb_cidr_list_add(&dl, &pool) < 0))
-		r = lb_error_setx(&e, EINVAL, "adding the pool to the denied ranges");
+	if (r == 0 && (lb_cidr_parse(v.pool, &pool) < 0 || lb_cidr_list_add(&dl, &pool) < 0 ||
+		       lb_cidr_parse(v.pool6, &pool) < 0 || lb_cidr_list_add(&dl, &pool) < 0))
+		r = lb_error_setx(&e, EINVAL, "adding the pools to the denied ranges");
 	/* lensboxd's order (net.c): base, services and the denied sets in one transaction, then each sandbox */
 	_cleanup_free_ char *base = NULL, *services = NULL, *sets = NULL, *all = NULL;
 	if (r == 0 &&

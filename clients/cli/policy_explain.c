@@ -126,6 +126,8 @@ struct tier_facts {
 	bool dns_resolver;    /* UDP 53 to the gateway / resolver address goes to lensboxd's resolver */
 	bool ipv4_only;	      /* sb_pre drops what is not IPv4 */
 	bool anti_spoof;      /* sb_pre drops a source other than the sandbox's */
+	bool anti_spoof6;     /* ... and an IPv6 source other than its IPv6 address */
+	bool denied6_first;   /* the forward chain refuses denied6 before anything it allows */
 	bool refuse_rest;     /* the forward chain ends in a refusal */
 	bool udp, icmp;	      /* some rule lets UDP / ICMP through the forward chain */
 	char dns_rate[32];    /* sb_pre drops DNS over this rate ("200/second"), "" when unlimited */
@@ -171,6 +173,11 @@ static bool recognise(struct tier_facts *f, const char *chain, const char *line,
 		return f->anti_spoof = true;
 	if (pre && strncmp(line, "meta nfproto != ipv4", 20) == 0 && strstr(line, "drop"))
 		return f->ipv4_only = true;
+	if (pre && strncmp(line, "ip6 saddr != {{ADDR6}}", 22) == 0 && strstr(line, "drop"))
+		return f->anti_spoof6 = true;
+	/* the sandbox kernel's own link-local housekeeping (multicast listener reports, router solicitations) */
+	if (pre && strncmp(line, "icmpv6 type { ", 14) == 0 && !strstr(line, "echo") && strstr(line, "} drop"))
+		return true;
 	if (pre && strcmp(line, "accept") == 0)
 		return true;
 	if (pre && strstr(line, " limit rate over ") && strstr(line, "drop") &&
@@ -181,8 +188,11 @@ static bool recognise(struct tier_facts *f, const char *chain, const char *line,
 	}
 	if (dnat && strstr(line, "udp dport 53 dnat ip to {{GATEWAY}}:{{RESOLVER_PORT}}"))
 		return f->dns_resolver = true;
-	if (dnat && (strcmp(line, "ip daddr @denied4 return") == 0 || strcmp(line, "fib daddr type local return") == 0))
+	if (dnat && (strcmp(line, "ip daddr @denied4 return") == 0 || strcmp(line, "ip6 daddr @denied6 return") == 0 ||
+		     strcmp(line, "fib daddr type local return") == 0))
 		return true;
+	if (dnat && strstr(line, "dnat ip6 to [{{GATEWAY6}}]:{{RELAY_PORT}}") && strncmp(line, "tcp dport", 9) == 0)
+		return true; /* the IPv6 twin of the IPv4 redirection below, on the same ports */
 	if (dnat && strstr(line, "dnat ip to {{GATEWAY}}:{{RELAY_PORT}}") && strncmp(line, "tcp dport", 9) == 0) {
 		ports_after(line, "tcp dport", f->relay_ports, sizeof(f->relay_ports));
 		return true;
@@ -196,6 +206,10 @@ static bool recognise(struct tier_facts *f, const char *chain, const char *line,
 	}
 	if (fwd && strcmp(line, "ip daddr @denied4 jump {{SB}}_refuse") == 0) {
 		f->denied_first = !f->fwd_ports[0];
+		return true;
+	}
+	if (fwd && strcmp(line, "ip6 daddr @denied6 jump {{SB}}_refuse") == 0) {
+		f->denied6_first = !f->fwd_ports[0];
 		return true;
 	}
 	if (fwd && strncmp(line, "tcp dport ", 10) == 0 && strstr(line, "goto allowed")) {
@@ -288,7 +302,11 @@ static int explain_tier(int dfd, const char *tier, const struct lbc_explain *e, 
 			f.relay_rate[0] ? " new relayed connections" : "");
 	fprintf(m, "; %s%s%s; %s; everything else refused at once and counted",
 		f.udp ? "UDP forwarded (see the rules)" : "no UDP", f.icmp ? ", ICMP forwarded" : ", no ICMP",
-		f.ipv4_only ? ", no IPv6" : ", IPv6 NOT dropped!",
+		f.ipv4_only ? ", no IPv6"
+		: f.anti_spoof6 && (f.denied6_first || !f.fwd_ports[0])
+		    ? ", IPv6 under the same rules (denied.list's IPv6 ranges and the NAT64 form of every denied IPv4 "
+		      "address refused first)"
+		    : ", IPv6 NOT checked!",
 		f.anti_spoof ? "a forged source address is dropped" : "source addresses NOT checked!");
 	if (!f.refuse_rest)
 		fprintf(m, " (the forward chain does NOT end in a refusal: base.nft's through_host decides)");

@@ -194,17 +194,19 @@ static void resolv_conf_upstream(struct lbc_net_params *p)
 	}
 }
 
-/* One "key = value" line of lensboxd.conf, the three keys the network templates need. */
+/* One "key = value" line of lensboxd.conf, the keys the network templates need. */
 static int conf_line(char *line, struct lbc_net_params *p, struct lb_error *err)
 {
 	char *hash = strchr(line, '#');
 	if (hash)
 		*hash = '\0';
-	char key[32], value[32];
-	if (sscanf(line, " %31[a-z_] = %31s", key, value) != 2)
+	char key[32], value[48];
+	if (sscanf(line, " %31[a-z_0-9] = %47s", key, value) != 2)
 		return 0;
 	if (strcmp(key, "network_pool") == 0) {
-		snprintf(p->pool, sizeof(p->pool), "%s", value);
+		snprintf(p->pool, sizeof(p->pool), "%.31s", value);
+	} else if (strcmp(key, "network_pool6") == 0) {
+		snprintf(p->pool6, sizeof(p->pool6), "%s", value);
 	} else if (strcmp(key, "services_uid") == 0) {
 		char *end;
 		unsigned long v = strtoul(value, &end, 10);
@@ -221,6 +223,7 @@ int lbc_net_params_read(const char *conf_path, struct lbc_net_params *ret, struc
 {
 	struct lbc_net_params p = { .services_uid = 999999999, .upstream = "192.0.2.53", .upstream_port = 53 };
 	snprintf(p.pool, sizeof(p.pool), "%s", LB_NET_DEFAULT_POOL);
+	snprintf(p.pool6, sizeof(p.pool6), "%s", LB_NET_DEFAULT_POOL6);
 	resolv_conf_upstream(&p);
 	_cleanup_free_ char *text = NULL;
 	size_t len;

@@ -42,6 +42,7 @@ struct lb_shared_slot {
 	_Atomic unsigned tier;	   /* enum lb_tier; LB_TIER_OFF: nobody there, the services refuse */
 	_Atomic uint64_t refusals; /* ... and this one the other way round */
 	_Atomic bool big_segments; /* written by the parent: the host-side veth takes segments over 64 KiB */
+	_Atomic bool ipv6;	   /* written by the parent: the sandbox has IPv6 (the resolver answers AAAA) */
 };
 /* The table's shape outside the sandboxes' sb<N>_* objects: a base chain flushed, deleted or given a rule of
  * someone else's changes it. */
@@ -72,6 +73,13 @@ struct lb_net {
 	char *policy_dir;
 	uint32_t pool_base; /* host order */
 	unsigned pool_prefix;
+	uint8_t pool6_base[16]; /* the IPv6 pool's first address (lb_net_pool6_addr) */
+	unsigned pool6_prefix;
+	bool ipv6;		 /* web sandboxes get IPv6: the pool is on and the kernel forwards it (init) */
+	bool ipv6_per_interface; /* ... by force_forwarding on the sandboxes' veths and the uplinks */
+	char ipv6_why[200];	 /* why not, when !ipv6 */
+	atomic_bool route6;	 /* the host has an IPv6 default route (lb_net_follow_uplinks): without one, IPv6
+				    destinations are unroutable, so web sandboxes attached meanwhile get no IPv6 */
 	struct lb_slot *slots;
 	size_t n_slots;
 	struct lb_cidr_list denied; /* denied.list plus the pool */
@@ -140,13 +148,21 @@ int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_erro
 /* Inside netns_fd: lo up, and (when sandbox_ifname) its address/30, default route via gateway, IPv6 off. */
 int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
 			  struct lb_error *err);
+/* IPv6 on both ends (after the two calls above): gateway6/126 on the host side, addr6/126 and a default route via
+ * gateway6 inside, permanent neighbour entries both ways; no link-local addresses, no router advertisements; on
+ * the host side forwarding for this interface where the kernel has force_forwarding. */
+int lb_veth_setup_ipv6(int netns_fd, const char *host_ifname, const char *sandbox_ifname, const uint8_t gateway6[16],
+		       const uint8_t addr6[16], struct lb_error *err);
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_down(const char *host_ifname, struct lb_error *err);
-/* The uplinks now, each once (at most max; -ENOSPC past that); the sandboxes' own veths never count. */
-int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, struct lb_error *err);
-/* Turns IPv4 forwarding on for ifname (net.ipv4.conf.<ifname>.forwarding). */
-int lb_veth_enable_forwarding(const char *ifname, struct lb_error *err);
+/* The uplinks now (the devices of IPv4 default routes, and of IPv6 ones), each once (at most max; -ENOSPC past
+ * that); the sandboxes' own veths never count. *ret_route6 (may be NULL): some IPv6 default route exists. */
+int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, bool *ret_route6,
+				  struct lb_error *err);
+/* Turns IPv4 forwarding on for ifname (net.ipv4.conf.<ifname>.forwarding), and IPv6 forwarding for it alone when
+ * ipv6 (net.ipv6.conf.<ifname>.force_forwarding, Linux >= 6.17). */
+int lb_veth_enable_forwarding(const char *ifname, bool ipv6, struct lb_error *err);
 /* Calls fn for each host-side veth named LB_NET_IFPREFIX<N> with its slot and alias (may be ""). */
 int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void *data, struct lb_error *err);
 
@@ -166,10 +182,11 @@ void lb_service_free(struct lb_service *s);
 /* Wakes every relayed connection (shutdown of both sockets) and forbids new ones; their threads then finish. */
 void lb_relay_shutdown_all(struct lb_net *ctx);
 
-/* Asks the upstream for name's A records and keeps those outside the denied ranges (and not the host's own).
- * *ret_n may be 0; *ret_dropped counts the addresses that were refused. */
-int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
-			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+/* Asks the upstream for name's records of qtype (A or AAAA) and keeps those outside the denied ranges (and not the
+ * host's own), each in a 16-byte slot (A: its first 4 bytes). *ret_n may be 0; *ret_dropped counts the addresses
+ * that were refused. */
+int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
+			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
 
 /* ---- isolate.c ---- */
 
@@ -198,6 +215,8 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 
 /* The slot whose sandbox address is addr (network order) and its tier; -ENOENT when none. Locks ctx. */
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier);
+/* The same for a sandbox's IPv6 address (only a sandbox that has IPv6 has one). */
+int lb_net_lookup_source6(struct lb_net *ctx, const uint8_t addr[16], unsigned *ret_slot, enum lb_tier *ret_tier);
 void lb_net_count_refusal(struct lb_net *ctx, unsigned slot);
 enum lb_share { LB_SHARE_DNS, LB_SHARE_RELAY };
 /* Takes one unit of a sandbox's share; false (and nothing taken) when it is used up. */
@@ -205,5 +224,7 @@ bool lb_net_share_take(struct lb_net *ctx, unsigned slot, enum lb_share what);
 void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what);
 /* Whether addr (network order) is denied or one of the host's own addresses. */
 bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be);
+/* The same for an IPv6 address (lb_cidr_list_denies6: NAT64 forms checked as IPv4), the host's own included. */
+bool lb_net_addr6_denied(struct lb_net *ctx, const uint8_t addr[16]);
 
 #endif

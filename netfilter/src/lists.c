@@ -3,8 +3,9 @@
  * names (policy/network/packages.list), parsed and matched.
  *
  * Runs in lensboxd and its tools at load time (parsing) and in the resolver and relay threads (matching); needs no
- * privilege. Invariants: a parsed CIDR has zero host bits and prefix <= 32/128; a listed name is a valid lower-case
- * host name. Lists are immutable once loaded, so matching needs no lock.
+ * privilege. An IPv6 address is also checked in its NAT64 form against the IPv4 ranges (lb_cidr_list_denies6).
+ * Invariants: a parsed CIDR has zero host bits and prefix <= 32/128; a listed name is a valid lower-case host name.
+ * Lists are immutable once loaded, so matching needs no lock.
  */
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -98,6 +99,23 @@ bool lb_cidr_list_contains(const struct lb_cidr_list *l, int family, const void 
 		if (lb_cidr_contains(&l->v[i], family, addr))
 			return true;
 	return false;
+}
+
+const uint8_t lb_nat64_prefix_addr[16] = { 0, 0x64, 0xff, 0x9b };
+
+bool lb_cidr_spans_nat64(const struct lb_cidr *c)
+{
+	return c->family == AF_INET6 && c->prefix < 96 && lb_cidr_contains(c, AF_INET6, lb_nat64_prefix_addr);
+}
+
+bool lb_cidr_list_denies6(const struct lb_cidr_list *l, const uint8_t addr[16])
+{
+	bool nat64 = memcmp(addr, lb_nat64_prefix_addr, LB_NAT64_PREFIX_LEN) == 0;
+	for (size_t i = 0; i < l->n; i++)
+		if (lb_cidr_contains(&l->v[i], AF_INET6, addr) && !(nat64 && lb_cidr_spans_nat64(&l->v[i])))
+			return true;
+	/* a NAT64 gateway on the way would turn 64:ff9b::a.b.c.d into a.b.c.d */
+	return nat64 && lb_cidr_list_contains(l, AF_INET, addr + LB_NAT64_PREFIX_LEN);
 }
 
 void lb_cidr_list_free(struct lb_cidr_list *l)

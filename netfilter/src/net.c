@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "lb/name.h"
@@ -116,6 +117,10 @@ static void ctx_vars(const struct lb_net *ctx, struct lb_nft_vars *v)
 				   .upstream_port = ntohs(ctx->upstream.sin_port) };
 	ip_str(ctx->pool_base, base);
 	snprintf(v->pool, sizeof(v->pool), "%s/%u", base, ctx->pool_prefix);
+	memcpy(v->pool6_base, ctx->pool6_base, 16);
+	char base6[INET6_ADDRSTRLEN];
+	inet_ntop(AF_INET6, ctx->pool6_base, base6, sizeof(base6));
+	snprintf(v->pool6, sizeof(v->pool6), "%s/%u", base6, ctx->pool6_prefix);
 	inet_ntop(AF_INET, &ctx->upstream.sin_addr, v->upstream, sizeof(v->upstream));
 }
 
@@ -217,9 +222,11 @@ int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_err
 		*ret_added = 0;
 	struct lb_uplink now[LB_NET_MAX_UPLINKS];
 	size_t n = 0;
-	int r = lb_veth_default_route_devices(now, LB_NET_MAX_UPLINKS, &n, err);
+	bool route6 = false;
+	int r = lb_veth_default_route_devices(now, LB_NET_MAX_UPLINKS, &n, &route6, err);
 	if (r < 0)
 		return lb_error_wrap(err, "finding the uplinks");
+	atomic_store(&ctx->route6, route6);
 	for (size_t i = 0; i < n; i++) {
 		/* Known by name and ifindex: configured before. A name at a new ifindex is a new device (a VPN or PPP
 		 * link that came back): the kernel gave it the default forwarding and dropped the old one's hook. */
@@ -234,7 +241,7 @@ int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_err
 			continue;
 		if (k == LB_NET_MAX_UPLINKS)
 			return lb_error_setx(err, ENOSPC, "more than %d uplinks", LB_NET_MAX_UPLINKS);
-		r = lb_veth_enable_forwarding(now[i].name, err);
+		r = lb_veth_enable_forwarding(now[i].name, ctx->ipv6_per_interface, err);
 		if (r < 0)
 			return lb_error_wrap(err, "enabling forwarding on the uplink %s", now[i].name);
 		pthread_mutex_lock(&ctx->lock);
@@ -257,6 +264,56 @@ int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_err
 	return 0;
 }
 
+/* Whether web sandboxes get IPv6 (ctx->ipv6, else ctx->ipv6_why): the pool is on and this kernel forwards IPv6 for
+ * them. Linux >= 6.17 forwards it for the interfaces lensbox names (force_forwarding on the sandboxes' veths and the
+ * uplinks). Older kernels forward IPv6 only with net.ipv6.conf.all.forwarding on, a host-wide switch lensbox never
+ * turns: it also makes every interface with accept_ra=1 ignore router advertisements. */
+static void ipv6_decide(struct lb_net *ctx, bool on)
+{
+	_cleanup_free_ char *all = NULL;
+	size_t len = 0;
+	ctx->ipv6 = false;
+	ctx->ipv6_per_interface = false;
+	if (!on) {
+		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why), "turned off (network_pool6 = off)");
+	} else if (access("/proc/sys/net/ipv6", F_OK) != 0) {
+		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why), "this kernel has no IPv6");
+	} else if (access("/proc/sys/net/ipv6/conf/all/force_forwarding", F_OK) == 0) {
+		ctx->ipv6 = ctx->ipv6_per_interface = true;
+	} else if (lb_read_file_at(AT_FDCWD, "/proc/sys/net/ipv6/conf/all/forwarding", 16, &all, &len) == 0 &&
+		   all[0] == '1') {
+		ctx->ipv6 = true;
+	} else {
+		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why),
+			 "this kernel (before 6.17) forwards IPv6 only with net.ipv6.conf.all.forwarding = 1, which "
+			 "is off; set accept_ra = 2 on an uplink that takes router advertisements, then turn it on");
+	}
+}
+
+/* The two pools of cfg into ctx (bases, prefixes, the number of slots) and whether web sandboxes get IPv6. */
+static int take_pools(struct lb_net *ctx, const struct lb_net_config *cfg, struct lb_cidr *pool, struct lb_cidr *pool6,
+		      struct lb_error *err)
+{
+	const char *pool_s = cfg->pool ? cfg->pool : LB_NET_DEFAULT_POOL;
+	if (lb_cidr_parse(pool_s, pool) < 0 || pool->family != AF_INET || pool->prefix < 8 || pool->prefix > 28)
+		return lb_error_setx(err, EINVAL, "network pool %s: expected an IPv4 range with prefix 8..28", pool_s);
+	uint32_t base_be;
+	memcpy(&base_be, pool->addr, 4);
+	ctx->pool_base = ntohl(base_be);
+	ctx->pool_prefix = pool->prefix;
+	ctx->n_slots = (size_t)1 << (32 - pool->prefix - 2);
+	if (ctx->n_slots > MAX_SLOTS)
+		ctx->n_slots = MAX_SLOTS;
+	bool ipv6_on;
+	if (lb_net_pool6_parse(cfg->pool6, pool6, &ipv6_on) < 0)
+		return lb_error_setx(err, EINVAL, "network pool6 %s: expected an IPv6 range with prefix 8..96, or off",
+				     cfg->pool6);
+	memcpy(ctx->pool6_base, pool6->addr, 16);
+	ctx->pool6_prefix = pool6->prefix;
+	ipv6_decide(ctx, ipv6_on);
+	return 0;
+}
+
 int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err)
 {
 	struct lb_net *ctx = calloc(1, sizeof(*ctx));
@@ -272,19 +329,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		goto fail;
 	}
 
-	struct lb_cidr pool;
-	const char *pool_s = cfg->pool ? cfg->pool : LB_NET_DEFAULT_POOL;
-	if (lb_cidr_parse(pool_s, &pool) < 0 || pool.family != AF_INET || pool.prefix < 8 || pool.prefix > 28) {
-		r = lb_error_setx(err, EINVAL, "network pool %s: expected an IPv4 range with prefix 8..28", pool_s);
+	struct lb_cidr pool, pool6;
+	r = take_pools(ctx, cfg, &pool, &pool6, err);
+	if (r < 0)
 		goto fail;
-	}
-	uint32_t base_be;
-	memcpy(&base_be, pool.addr, 4);
-	ctx->pool_base = ntohl(base_be);
-	ctx->pool_prefix = pool.prefix;
-	ctx->n_slots = (size_t)1 << (32 - pool.prefix - 2);
-	if (ctx->n_slots > MAX_SLOTS)
-		ctx->n_slots = MAX_SLOTS;
 	ctx->slots = calloc(ctx->n_slots, sizeof(*ctx->slots));
 	if (!ctx->slots) {
 		r = lb_error_set(err, ENOMEM, "allocating slots");
@@ -334,6 +382,8 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		goto fail;
 	}
 	r = lb_cidr_list_add(&ctx->denied, &pool); /* other sandboxes' subnets */
+	if (r == 0)
+		r = lb_cidr_list_add(&ctx->denied, &pool6);
 	if (r < 0) {
 		lb_error_set(err, r, "adding the pool to the denied ranges");
 		goto fail;
@@ -445,6 +495,7 @@ static void slot_ifname(unsigned slot, char buf[16])
 static int teardown_slot(struct lb_net *ctx, unsigned slot, struct lb_error *err)
 {
 	atomic_store(&ctx->shared[slot].tier, LB_TIER_OFF); /* the services refuse it from now on */
+	atomic_store(&ctx->shared[slot].ipv6, false);
 	int r = lb_nft_remove_slot(slot, err);
 	if (r < 0)
 		return r;
@@ -575,6 +626,15 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	r = lb_veth_setup_sandbox(netns_fd, "eth0", addr, gw, err);
 	if (r < 0)
 		goto fail;
+	uint8_t gw6[16], addr6[16];
+	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
+	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
+	bool ipv6 = ctx->ipv6 && atomic_load(&ctx->route6); /* web and packages alike */
+	if (ipv6) {
+		r = lb_veth_setup_ipv6(netns_fd, ifname, "eth0", gw6, addr6, err);
+		if (r < 0)
+			goto fail;
+	}
 	r = load_slot_rules(ctx, slot, t, name, err);
 	if (r < 0)
 		goto fail;
@@ -584,6 +644,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	pthread_mutex_unlock(&ctx->lock);
 	atomic_store(&ctx->shared[slot].refusals, 0);
 	atomic_store(&ctx->shared[slot].big_segments, big);
+	atomic_store(&ctx->shared[slot].ipv6, ipv6);
 	atomic_store(&ctx->shared[slot].tier, t);
 	if (ret_info) {
 		struct lb_net_info info = { .prefix = 30, .slot = slot };
@@ -591,6 +652,10 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 		snprintf(info.sandbox_ifname, sizeof(info.sandbox_ifname), "eth0");
 		memcpy(info.address, addr_s, sizeof(info.address));
 		memcpy(info.gateway, gw_s, sizeof(info.gateway));
+		if (ipv6) {
+			inet_ntop(AF_INET6, addr6, info.address6, sizeof(info.address6));
+			inet_ntop(AF_INET6, gw6, info.gateway6, sizeof(info.gateway6));
+		}
 		*ret_info = info;
 	}
 	return 0;
@@ -808,6 +873,12 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	snprintf(h->flow_offload_why, sizeof(h->flow_offload_why), "%s",
 		 !h->table_loaded ? "lensbox's table is not loaded" : ctx->offload_why);
 	pthread_mutex_unlock(&ctx->lock);
+	bool route6 = atomic_load(&ctx->route6);
+	h->ipv6 = ctx->ipv6 && route6; /* ctx->ipv6 is set at init only */
+	snprintf(h->ipv6_why, sizeof(h->ipv6_why), "%s",
+		 !ctx->ipv6 ? ctx->ipv6_why
+		 : route6   ? ""
+			    : "the host has no IPv6 default route");
 }
 
 const char *lb_net_resolv_conf(enum lb_tier tier)

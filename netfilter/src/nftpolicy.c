@@ -5,7 +5,8 @@
  *
  * Pure functions: no privilege, no netlink, no logging. Every value put into rule text is generated here from
  * numbers and addresses, or is a name the caller validated (NAME, only ever inside a comment) or the uplinks'
- * interface names (UPLINKS, from rtnetlink); nothing from a sandbox is parsed by nft.
+ * interface names (UPLINKS, from rtnetlink); nothing from a sandbox is parsed by nft. A slot's addresses are its /30
+ * of the IPv4 pool and its /126 of the IPv6 pool, both at offset 4 * slot (gateway + 1, sandbox + 2).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,9 +18,9 @@
 #include "lb/cleanup.h"
 #include "lb/nftpolicy.h"
 
-static const char *const base_words[] = { "POOL4", "RESOLVER_PORT", "RELAY_PORT" };
-static const char *const tier_words[] = { "SB",	  "IFACE",	   "ADDR",	 "GATEWAY",
-					  "NAME", "RESOLVER_PORT", "RELAY_PORT", "RESOLVER_ADDR" };
+static const char *const base_words[] = { "POOL4", "POOL6", "RESOLVER_PORT", "RELAY_PORT" };
+static const char *const tier_words[] = { "SB",		"IFACE",	 "ADDR",  "GATEWAY", "NAME", "RESOLVER_PORT",
+					  "RELAY_PORT", "RESOLVER_ADDR", "ADDR6", "GATEWAY6" };
 static const char *const offload_words[] = { "UPLINKS" };
 static const char *const services_words[] = { "SERVICES_UID", "UPSTREAM", "UPSTREAM_PORT", "RESOLVER_PORT",
 					      "RELAY_PORT" };
@@ -57,8 +58,40 @@ static void ip_str(uint32_t host_order, char buf[16])
 	inet_ntop(AF_INET, &be, buf, 16);
 }
 
-int lb_nft_vars_init(struct lb_nft_vars *vars, const char *pool, uint16_t resolver_port, uint16_t relay_port)
+int lb_net_pool6_parse(const char *s, struct lb_cidr *ret, bool *ret_on)
 {
+	*ret_on = !s || strcmp(s, "off") != 0;
+	if (lb_cidr_parse(*ret_on && s ? s : LB_NET_DEFAULT_POOL6, ret) < 0 || ret->family != AF_INET6 ||
+	    ret->prefix < 8 || ret->prefix > 96)
+		return -EINVAL;
+	return 0;
+}
+
+void lb_net_pool6_addr(const uint8_t base[16], unsigned slot, unsigned k, uint8_t ret[16])
+{
+	memcpy(ret, base, 16);
+	uint32_t low;
+	memcpy(&low, ret + 12, 4);
+	low = htonl(ntohl(low) + 4 * slot + k); /* the pool's low 32 bits are zero (prefix <= 96) */
+	memcpy(ret + 12, &low, 4);
+}
+
+static void ip6_str(const uint8_t a[16], char buf[INET6_ADDRSTRLEN])
+{
+	inet_ntop(AF_INET6, a, buf, INET6_ADDRSTRLEN);
+}
+
+int lb_nft_vars_init(struct lb_nft_vars *vars, const char *pool, const char *pool6, uint16_t resolver_port,
+		     uint16_t relay_port)
+{
+	struct lb_cidr c6;
+	bool on;
+	if (lb_net_pool6_parse(pool6, &c6, &on) < 0)
+		return -EINVAL;
+	memcpy(vars->pool6_base, c6.addr, 16);
+	char base6[INET6_ADDRSTRLEN];
+	ip6_str(c6.addr, base6);
+	snprintf(vars->pool6, sizeof(vars->pool6), "%s/%u", base6, c6.prefix);
 	struct lb_cidr c;
 	const char *pool_s = pool ? pool : LB_NET_DEFAULT_POOL;
 	if (lb_cidr_parse(pool_s, &c) < 0 || c.family != AF_INET || c.prefix < 8 || c.prefix > 28)
@@ -80,6 +113,12 @@ int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_
 	if ((unsigned)t >= LB_NFT_TEMPLATE_COUNT)
 		return lb_error_setx(err, EINVAL, "no such template");
 	char rport[8], lport[8], sb[16], ifname[16], gw[16], addr[16], uid[16], upport[8];
+	char gw6[INET6_ADDRSTRLEN], addr6[INET6_ADDRSTRLEN];
+	uint8_t a6[16];
+	lb_net_pool6_addr(v->pool6_base, v->slot, 1, a6);
+	ip6_str(a6, gw6);
+	lb_net_pool6_addr(v->pool6_base, v->slot, 2, a6);
+	ip6_str(a6, addr6);
 	snprintf(rport, sizeof(rport), "%u", v->resolver_port);
 	snprintf(lport, sizeof(lport), "%u", v->relay_port);
 	snprintf(sb, sizeof(sb), "sb%u", v->slot);
@@ -89,8 +128,9 @@ int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_
 	snprintf(uid, sizeof(uid), "%u", (unsigned)v->services_uid);
 	snprintf(upport, sizeof(upport), "%u", v->upstream_port);
 	/* in the order of the word tables above */
-	const char *base_vals[] = { v->pool, rport, lport };
-	const char *tier_vals[] = { sb, ifname, addr, gw, v->name ? v->name : "", rport, lport, LB_NET_RESOLVER_ADDR };
+	const char *base_vals[] = { v->pool, v->pool6, rport, lport };
+	const char *tier_vals[] = { sb,	   ifname, addr, gw, v->name ? v->name : "", rport, lport, LB_NET_RESOLVER_ADDR,
+				    addr6, gw6 };
 	const char *offload_vals[] = { v->uplinks ? v->uplinks : "" };
 	const char *services_vals[] = { uid, v->upstream, upport, rport, lport };
 	const char *const *vals = t == LB_NFT_BASE			    ? base_vals
@@ -101,6 +141,33 @@ int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_
 	if (r < 0)
 		return lb_error_wrap(err, "network/%s", templates[t].file);
 	return 0;
+}
+
+/* An IPv6 range that spans 64:ff9b::/96 as the two intervals around it (the prefix is decided per embedded IPv4
+ * address: lb_cidr_list_denies6). */
+static void print_without_nat64(FILE *f, const struct lb_cidr *c)
+{
+	uint8_t first[16], last[16], before[16], after[16];
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned bits = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
+		uint8_t mask = (uint8_t)(bits >= 8 ? 0xff : 0xff << (8 - bits));
+		first[i] = c->addr[i] & mask;
+		last[i] = (uint8_t)(c->addr[i] | (uint8_t)~mask);
+	}
+	memcpy(before, lb_nat64_prefix_addr, 16); /* 64:ff9b:: - 1 */
+	for (int i = 15; i >= 0 && before[i]-- == 0; i--)
+		;
+	memcpy(after, lb_nat64_prefix_addr, 16); /* 64:ff9b::ffff:ffff + 1 = 64:ff9b::1:0:0 */
+	after[11] = 1;
+	char a[INET6_ADDRSTRLEN], b[INET6_ADDRSTRLEN];
+	if (memcmp(first, lb_nat64_prefix_addr, 16) != 0) { /* else the range starts at the prefix */
+		ip6_str(first, a);
+		ip6_str(before, b);
+		fprintf(f, "%s%s-%s", ftell(f) ? ", " : "", a, b);
+	}
+	ip6_str(after, a);
+	ip6_str(last, b);
+	fprintf(f, "%s%s-%s", ftell(f) ? ", " : "", a, b);
 }
 
 int lb_nft_render_denied(const struct lb_cidr_list *denied, char **ret, struct lb_error *err)
@@ -120,7 +187,18 @@ int lb_nft_render_denied(const struct lb_cidr_list *denied, char **ret, struct l
 		char s[INET6_ADDRSTRLEN];
 		inet_ntop(c->family, c->addr, s, sizeof(s));
 		FILE *f = c->family == AF_INET ? f4 : f6;
-		fprintf(f, "%s%s/%u", ftell(f) ? ", " : "", s, c->prefix);
+		if (lb_cidr_spans_nat64(c)) {
+			print_without_nat64(f6, c);
+		} else {
+			fprintf(f, "%s%s/%u", ftell(f) ? ", " : "", s, c->prefix);
+		}
+		if (c->family == AF_INET) { /* its NAT64 form (lb_cidr_list_denies6) */
+			uint8_t a6[16];
+			memcpy(a6, lb_nat64_prefix_addr, 16);
+			memcpy(a6 + LB_NAT64_PREFIX_LEN, c->addr, 4);
+			ip6_str(a6, s);
+			fprintf(f6, "%s%s/%u", ftell(f6) ? ", " : "", s, 96 + c->prefix);
+		}
 	}
 	fclose(f4);
 	fclose(f6);

@@ -10,14 +10,18 @@
  * (netparse.h), never forwarded: lensbox asks the upstream its own A query and builds a fresh answer holding only
  * addresses outside denied.list and the host's own (DNS-rebinding protection). `packages` sandboxes get answers only
  * for names on packages.list (NXDOMAIN for anything else, so DNS cannot carry data out); `web` sandboxes for any name.
- * AAAA and other types get an empty answer: sandboxes are IPv4-only.
+ * AAAA is asked and answered the same way for `web` sandboxes when they have IPv6 (IPv6 ranges of denied.list, the
+ * NAT64 forms of its IPv4 ones, the host's IPv6 addresses dropped); other types, and AAAA for the rest, get an empty
+ * answer.
  *
- *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A? --> filter --> answer
+ *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A/AAAA? --> filter --> answer
  *
- * Relay (TCP, ctx->relay_port): a `packages` sandbox's TCP 80/443 arrives here by DNAT. The relay reads the first
- * bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI / Host name, refuses names not on
- * the list, resolves the name itself, refuses denied answers, connects to the address it checked on the original
- * port and then moves bytes both ways without looking at them (pump(): copied or spliced; TLS is never terminated).
+ * Relay (TCP, ctx->relay_port, IPv4 and IPv6 on one socket): a `packages` sandbox's TCP 80/443 arrives here by
+ * DNAT. The relay reads the first bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI /
+ * Host name, refuses names not on the list, resolves the name itself (A, and AAAA when sandboxes have IPv6 here),
+ * refuses denied answers, connects to the addresses it checked on the original port as happy eyeballs does (IPv6
+ * first, the next attempt 250 ms later or when one fails) and then moves bytes both ways without looking at them
+ * (pump(): copied or spliced; TLS is never terminated).
  * Plain HTTP carries one request per connection: after the checked head the relay sends nothing more from the sandbox,
  * so a second request cannot name another host on the same CDN address. A refusal is a TCP reset, at once.
  *
@@ -30,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -88,21 +93,31 @@ void lb_service_free(struct lb_service *s)
 
 int lb_service_bind(int type, uint16_t port, struct lb_error *err)
 {
-	_cleanup_close_ int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	/* The relay takes IPv4 and IPv6 on one socket (sandboxes with IPv6 reach it over both); the resolver is
+	 * asked over IPv4 only (every sandbox's resolv.conf names 169.254.53.53). A kernel without IPv6: IPv4. */
+	int family = type == SOCK_STREAM ? AF_INET6 : AF_INET;
+	_cleanup_close_ int fd = socket(family, type | SOCK_CLOEXEC, 0);
+	if (fd < 0 && family == AF_INET6 && errno == EAFNOSUPPORT)
+		fd = socket(family = AF_INET, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return lb_error_set(err, errno, "creating the %s socket", type == SOCK_DGRAM ? "resolver" : "relay");
 	/* SO_REUSEADDR only for the relay's TCP listener (a restart may find its old connections in TIME_WAIT; no
 	 * second listener can share the port). Never for the resolver's UDP socket: on UDP it lets any local user bind
 	 * the same port with SO_REUSEADDR of their own and receive, and answer, the sandboxes' queries. */
-	int one = 1;
+	int one = 1, zero = 0;
 	if (type == SOCK_STREAM)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) < 0)
+		return lb_error_set(err, errno, "letting the relay's socket take IPv4 too");
 	/* Bound to every address but reachable only from sandboxes: base.nft drops this port on other interfaces,
 	 * and each request's source must be an attached sandbox's address. */
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr *sa = family == AF_INET6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a;
+	socklen_t sa_len = family == AF_INET6 ? sizeof(a6) : sizeof(a);
 	/* A previous instance's services (killed with it, or by parent-death SIGKILL) may still be exiting: their
 	 * sockets close a moment after they die. Wait up to 3 s for the port, then say who may hold it. */
-	for (int tries = 0; bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0; tries++) {
+	for (int tries = 0; bind(fd, sa, sa_len) < 0; tries++) {
 		if (errno != EADDRINUSE || tries >= 150)
 			return lb_error_set(
 			    err, errno, "binding port %u%s", port,
@@ -142,16 +157,16 @@ static int service_start(struct lb_net *ctx, int fd_in, void *(*main_fn)(void *)
 
 /* ---------------------------------------------------------------- upstream DNS client */
 
-int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *addrs, size_t max, size_t *ret_n,
-			  size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
+int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
+			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
 {
 	uint16_t id;
 	if (getrandom(&id, sizeof(id), 0) != sizeof(id))
 		return -EIO;
-	struct lb_dns_query q = { .id = id, .qtype = LB_DNS_TYPE_A, .qclass = 1 };
+	struct lb_dns_query q = { .id = id, .qtype = qtype, .qclass = 1 };
 	snprintf(q.name, sizeof(q.name), "%s", name);
 	uint8_t pkt[512];
-	int len = lb_dns_build_query(id, name, LB_DNS_TYPE_A, pkt, sizeof(pkt));
+	int len = lb_dns_build_query(id, name, qtype, pkt, sizeof(pkt));
 	if (len < 0)
 		return len;
 	/* EDNS(0) OPT record offering 1232-byte answers (the common safe size), so few answers come truncated:
@@ -198,12 +213,12 @@ int lb_upstream_resolve_a(struct lb_net *ctx, const char *name, struct in_addr *
 		for (size_t i = 0; i < nraw; i++) {
 			uint32_t be;
 			memcpy(&be, raw[i], 4);
-			if (lb_net_addr_denied(ctx, be)) {
+			if (qtype == LB_DNS_TYPE_A ? lb_net_addr_denied(ctx, be) : lb_net_addr6_denied(ctx, raw[i])) {
 				dropped++;
 				continue;
 			}
 			if (kept < max)
-				addrs[kept++].s_addr = be;
+				memcpy(addrs[kept++], raw[i], 16);
 		}
 		*ret_n = kept;
 		*ret_dropped = dropped;
@@ -224,14 +239,10 @@ struct dns_job {
 	size_t len;
 };
 
-static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode, const struct in_addr *addrs, size_t n,
+/* Answers q with n addresses (4 or 16 bytes each, as q's type wants, in 16-byte slots). */
+static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode, const uint8_t (*a16)[16], size_t n,
 		   uint32_t ttl)
 {
-	uint8_t a16[16][16] = { 0 };
-	if (n > LB_ARRAY_SIZE(a16))
-		n = LB_ARRAY_SIZE(a16);
-	for (size_t i = 0; i < n; i++)
-		memcpy(a16[i], &addrs[i], 4);
 	uint8_t out[512]; /* what a client without EDNS accepts: drop addresses until the answer fits */
 	int len;
 	do
@@ -262,15 +273,16 @@ static void *dns_job_main(void *arg)
 		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
 		goto out;
 	}
-	if (q.qtype != LB_DNS_TYPE_A) {
-		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60); /* sandboxes are IPv4-only */
+	/* IPv6 addresses only for a sandbox that has IPv6 (web, with the pool on); other types have no answer */
+	if (q.qtype != LB_DNS_TYPE_A && !(q.qtype == LB_DNS_TYPE_AAAA && atomic_load(&ctx->shared[slot].ipv6))) {
+		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60);
 		goto out;
 	}
-	struct in_addr addrs[16];
+	uint8_t addrs[16][16];
 	size_t n = 0, dropped = 0;
 	int rcode = 0;
 	uint32_t ttl = 0;
-	r = lb_upstream_resolve_a(ctx, q.name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
+	r = lb_upstream_resolve(ctx, q.name, q.qtype, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
 	if (r < 0) {
 		answer(job, &q, LB_DNS_RCODE_SERVFAIL, NULL, 0, 0);
 		goto out;
@@ -426,24 +438,118 @@ static void reset_close(int fd)
 	close(fd); /* with linger 0: a TCP reset, so the sandbox learns at once */
 }
 
-static int connect_timeout(const struct sockaddr_in *to, uint32_t timeout_ms)
+/* A non-blocking connect to to, started: the socket, or -errno when it failed at once. */
+static int connect_start(const struct sockaddr_storage *to)
 {
-	_cleanup_close_ int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	_cleanup_close_ int fd = socket(to->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (const struct sockaddr *)to, sizeof(*to)) < 0 && errno != EINPROGRESS)
+	socklen_t len = to->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	if (connect(fd, (const struct sockaddr *)to, len) < 0 && errno != EINPROGRESS)
 		return -errno;
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	int pr = poll(&p, 1, (int)timeout_ms);
-	if (pr <= 0)
-		return pr == 0 ? -ETIMEDOUT : -errno;
-	int soerr = 0;
-	socklen_t sl = sizeof(soerr);
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr)
-		return soerr ? -soerr : -errno;
-	int flags = fcntl(fd, F_GETFL);
-	fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
 	return TAKE_FD(fd);
+}
+
+#define HAPPY_EYEBALLS_MS 250 /* RFC 8305's connection attempt delay */
+#define HAPPY_MAX	  8
+
+/* Connects to the first of the n addresses (in the order to try them) that answers, as happy eyeballs does: the next
+ * attempt starts HAPPY_EYEBALLS_MS after the last one, or at once when it failed; the first connection made wins and
+ * the others are closed. Returns the connected (blocking) socket or -errno. */
+static int connect_happy(const struct sockaddr_storage *to, size_t n, uint32_t timeout_ms)
+{
+	int fds[HAPPY_MAX];
+	size_t started = 0, live = 0;
+	int last_err = -EHOSTUNREACH, won = -1;
+	if (n > HAPPY_MAX)
+		n = HAPPY_MAX;
+	uint64_t deadline = now_ms() + timeout_ms, next = now_ms();
+	while (won < 0) {
+		uint64_t t = now_ms();
+		if (t >= deadline) {
+			last_err = -ETIMEDOUT;
+			break;
+		}
+		if (started < n && (t >= next || live == 0)) {
+			int fd = connect_start(&to[started++]);
+			if (fd < 0) {
+				last_err = fd;
+				continue; /* failed at once: the next one now */
+			}
+			fds[live++] = fd;
+			next = t + HAPPY_EYEBALLS_MS;
+		}
+		if (live == 0) {
+			if (started == n)
+				break;
+			continue;
+		}
+		struct pollfd p[HAPPY_MAX];
+		for (size_t i = 0; i < live; i++)
+			p[i] = (struct pollfd){ .fd = fds[i], .events = POLLOUT };
+		uint64_t until = started < n && next < deadline ? next : deadline;
+		int pr = poll(p, live, (int)(until > t ? until - t : 0));
+		if (pr < 0 && errno != EINTR) {
+			last_err = -errno;
+			break;
+		}
+		for (size_t i = 0; pr > 0 && i < live; i++) {
+			if (!p[i].revents)
+				continue;
+			int soerr = 0;
+			socklen_t sl = sizeof(soerr);
+			if (getsockopt(fds[i], SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) {
+				won = fds[i];
+			} else {
+				last_err = soerr ? -soerr : -errno;
+				close(fds[i]);
+			}
+			fds[i] = -1;
+		}
+		size_t k = 0; /* keep the attempts still going */
+		for (size_t i = 0; i < live; i++)
+			if (fds[i] >= 0)
+				fds[k++] = fds[i];
+		live = k;
+		if (live == 0 && started < n)
+			next = now_ms(); /* every attempt so far failed: the next one at once */
+	}
+	for (size_t i = 0; i < live; i++)
+		close(fds[i]);
+	if (won < 0)
+		return last_err;
+	fcntl(won, F_SETFL, fcntl(won, F_GETFL) & ~O_NONBLOCK);
+	return won;
+}
+
+/* The addresses to try for name on port, as RFC 8305 orders them: IPv6 and IPv4 in turn, IPv6 first. AAAA is asked
+ * only when sandboxes have IPv6 here (so the host can reach IPv6); both answers already exclude denied addresses. */
+static size_t relay_candidates(struct lb_net *ctx, const char *name, uint16_t port, struct sockaddr_storage *out,
+			       size_t max)
+{
+	uint8_t a4[4][16], a6[4][16];
+	size_t n4 = 0, n6 = 0, dropped;
+	int rcode;
+	uint32_t ttl;
+	if (lb_upstream_resolve(ctx, name, LB_DNS_TYPE_A, a4, LB_ARRAY_SIZE(a4), &n4, &dropped, &rcode, &ttl) < 0)
+		n4 = 0;
+	if (!ctx->ipv6 ||
+	    lb_upstream_resolve(ctx, name, LB_DNS_TYPE_AAAA, a6, LB_ARRAY_SIZE(a6), &n6, &dropped, &rcode, &ttl) < 0)
+		n6 = 0;
+	size_t n = 0;
+	for (size_t i = 0; n < max && (i < n4 || i < n6); i++) {
+		if (i < n6 && n < max) {
+			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&out[n++];
+			*s6 = (struct sockaddr_in6){ .sin6_family = AF_INET6, .sin6_port = htons(port) };
+			memcpy(&s6->sin6_addr, a6[i], 16);
+		}
+		if (i < n4 && n < max) {
+			struct sockaddr_in *s4 = (struct sockaddr_in *)&out[n++];
+			*s4 = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(port) };
+			memcpy(&s4->sin_addr, a4[i], 4);
+		}
+	}
+	return n;
 }
 
 /*
@@ -564,17 +670,19 @@ static void *relay_conn_main(void *arg)
 	struct lb_net *ctx = c->ctx;
 	unsigned slot = c->slot;
 	bool refused = true;
-	struct sockaddr_in orig = { 0 };
+	struct sockaddr_in6 orig = { 0 }; /* sin_port and sin6_port lie at the same offset */
 	socklen_t sl;
 	uint8_t *buf = malloc(HELLO_MAX); /* freed as soon as the hello is forwarded, or at out */
 	if (!buf || !conn_register(c))
 		goto out;
 	c->copy = atomic_load(&ctx->shared[slot].big_segments);
 	sl = sizeof(orig);
-	/* the port the sandbox asked for (80 or 443), from conntrack's record of the DNAT */
-	if (getsockopt(c->client, SOL_IP, SO_ORIGINAL_DST, &orig, &sl) < 0)
+	/* the port the sandbox asked for (80 or 443), from conntrack's record of the DNAT: IPv4 (on this dual-stack
+	 * socket, a mapped address) or IPv6 */
+	if (getsockopt(c->client, SOL_IP, SO_ORIGINAL_DST, &orig, &sl) < 0 &&
+	    (sl = sizeof(orig), getsockopt(c->client, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &orig, &sl) < 0))
 		goto out;
-	uint16_t port = ntohs(orig.sin_port);
+	uint16_t port = ntohs(orig.sin6_port);
 	if (port != 80 && port != 443)
 		goto out;
 	char name[LB_DNS_NAME_MAX + 1];
@@ -585,14 +693,11 @@ static void *relay_conn_main(void *arg)
 		goto out; /* a body or a pipelined request after the head: one checked request per connection */
 	if (!lb_name_list_contains(&ctx->packages, name, strlen(name)))
 		goto out;
-	struct in_addr addrs[8];
-	size_t n = 0, dropped = 0;
-	int rcode;
-	uint32_t ttl;
-	if (lb_upstream_resolve_a(ctx, name, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl) < 0 || n == 0)
+	struct sockaddr_storage to[HAPPY_MAX];
+	size_t n = relay_candidates(ctx, name, port, to, LB_ARRAY_SIZE(to));
+	if (n == 0)
 		goto out;
-	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr = addrs[0] };
-	int server = connect_timeout(&to, ctx->timeout_ms);
+	int server = connect_happy(to, n, ctx->timeout_ms);
 	if (server < 0)
 		goto out;
 	if (!conn_set_server(c, server)) {
@@ -643,12 +748,24 @@ out:
  * *ret_slot holds a unit of both (relay_conn_main releases them). */
 static bool relay_admit(struct lb_net *ctx, int fd, unsigned *ret_slot)
 {
-	struct sockaddr_in peer = { 0 };
+	struct sockaddr_storage peer = { 0 };
 	socklen_t sl = sizeof(peer);
 	enum lb_tier tier;
 	unsigned slot;
-	if (getpeername(fd, (struct sockaddr *)&peer, &sl) < 0 ||
-	    lb_net_lookup_source(ctx, peer.sin_addr.s_addr, &slot, &tier) < 0 || tier != LB_TIER_PACKAGES)
+	if (getpeername(fd, (struct sockaddr *)&peer, &sl) < 0)
+		return false;
+	const struct sockaddr_in6 *p6 = (const struct sockaddr_in6 *)&peer;
+	uint32_t v4;
+	int r = -ENOENT;
+	if (peer.ss_family == AF_INET) {
+		r = lb_net_lookup_source(ctx, ((const struct sockaddr_in *)&peer)->sin_addr.s_addr, &slot, &tier);
+	} else if (peer.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&p6->sin6_addr)) {
+		memcpy(&v4, p6->sin6_addr.s6_addr + 12, 4);
+		r = lb_net_lookup_source(ctx, v4, &slot, &tier);
+	} else if (peer.ss_family == AF_INET6) {
+		r = lb_net_lookup_source6(ctx, p6->sin6_addr.s6_addr, &slot, &tier);
+	}
+	if (r < 0 || tier != LB_TIER_PACKAGES)
 		return false;
 	if (!lb_net_share_take(ctx, slot, LB_SHARE_RELAY)) {
 		lb_net_count_refusal(ctx, slot); /* this sandbox has enough relayed connections open already */

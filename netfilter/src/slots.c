@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -27,6 +28,25 @@ int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slo
 	/* from the shared table: in an isolated services process, ctx->slots is a stale copy */
 	enum lb_tier t = (enum lb_tier)atomic_load(&ctx->shared[slot].tier);
 	if (t != LB_TIER_PACKAGES && t != LB_TIER_WEB)
+		return -ENOENT;
+	*ret_slot = slot;
+	*ret_tier = t;
+	return 0;
+}
+
+int lb_net_lookup_source6(struct lb_net *ctx, const uint8_t addr[16], unsigned *ret_slot, enum lb_tier *ret_tier)
+{
+	/* the pool's prefix is at most 96 bits and its slots use the low 32 bits only (lb_net_pool6_parse) */
+	if (memcmp(addr, ctx->pool6_base, 12) != 0)
+		return -ENOENT;
+	uint32_t low;
+	memcpy(&low, addr + 12, 4);
+	low = ntohl(low);
+	if (low % 4 != 2 || low / 4 >= ctx->n_slots)
+		return -ENOENT;
+	unsigned slot = low / 4;
+	enum lb_tier t = (enum lb_tier)atomic_load(&ctx->shared[slot].tier);
+	if ((t != LB_TIER_PACKAGES && t != LB_TIER_WEB) || !atomic_load(&ctx->shared[slot].ipv6))
 		return -ENOENT;
 	*ret_slot = slot;
 	*ret_tier = t;
@@ -78,6 +98,22 @@ bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
 	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
 		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
 		    ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == addr_be)
+			local = true;
+	freeifaddrs(ifa);
+	return local;
+}
+
+bool lb_net_addr6_denied(struct lb_net *ctx, const uint8_t addr[16])
+{
+	if (lb_cidr_list_denies6(&ctx->denied, addr))
+		return true;
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return true; /* cannot tell: refuse */
+	bool local = false;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 &&
+		    memcmp(((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr.s6_addr, addr, 16) == 0)
 			local = true;
 	freeifaddrs(ifa);
 	return local;

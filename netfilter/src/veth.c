@@ -1,5 +1,7 @@
 /*
- * veth.c — a sandbox's link to the host: the veth pair, its addresses and route, through libnl-3 (rtnetlink).
+ * veth.c — a sandbox's link to the host: the veth pair, its addresses and routes, through libnl-3 (rtnetlink).
+ * IPv4 for every networked tier; IPv6 too for `web` (lb_veth_setup_ipv6: static addresses and neighbours, no
+ * link-local address, no router advertisements, so nothing on the link is discovered or configured by packets).
  *
  * Runs in lensboxd (root, any thread) with the thread in the host's network namespace. The sandbox's end is created
  * straight inside the sandbox's netns (IFLA_NET_NS_FD), so it never exists on the host. To address it, the calling
@@ -17,6 +19,7 @@
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
+#include <netlink/route/neighbour.h>
 #include <netlink/route/route.h>
 #include <sched.h>
 #include <stdio.h>
@@ -205,13 +208,15 @@ static int link_up(struct nl_sock *sock, const char *ifname, struct lb_error *er
 	return rtnl_link_get_ifindex(cur);
 }
 
-static int add_addr(struct nl_sock *sock, int ifindex, uint32_t addr, unsigned prefix, struct lb_error *err)
+/* Adds address bytes (4 or 16 of family) /prefix to ifindex. IPv6 ones skip duplicate address detection: the link
+ * has two ends, both lensbox's, and DAD would hold the address back for a second. */
+static int add_addr_family(struct nl_sock *sock, int ifindex, int family, const void *bytes, unsigned prefix,
+			   struct lb_error *err)
 {
 	struct rtnl_addr *a = rtnl_addr_alloc();
 	if (!a)
 		return lb_error_set(err, ENOMEM, "allocating an address");
-	uint32_t be = htonl(addr);
-	_cleanup_addr_ struct nl_addr *local = nl_addr_build(AF_INET, &be, 4);
+	_cleanup_addr_ struct nl_addr *local = nl_addr_build(family, bytes, family == AF_INET ? 4 : 16);
 	if (!local) {
 		rtnl_addr_put(a);
 		return lb_error_set(err, ENOMEM, "allocating an address");
@@ -219,14 +224,22 @@ static int add_addr(struct nl_sock *sock, int ifindex, uint32_t addr, unsigned p
 	nl_addr_set_prefixlen(local, (int)prefix);
 	rtnl_addr_set_ifindex(a, ifindex);
 	rtnl_addr_set_local(a, local);
+	if (family == AF_INET6)
+		rtnl_addr_set_flags(a, IFA_F_NODAD);
 	int r = rtnl_addr_add(sock, a, 0);
 	rtnl_addr_put(a);
 	if (r < 0) {
-		char s[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &be, s, sizeof(s));
+		char s[INET6_ADDRSTRLEN];
+		inet_ntop(family, bytes, s, sizeof(s));
 		return lb_error_setx(err, nl_errno(r), "adding address %s/%u: %s", s, prefix, nl_geterror(r));
 	}
 	return 0;
+}
+
+static int add_addr(struct nl_sock *sock, int ifindex, uint32_t addr, unsigned prefix, struct lb_error *err)
+{
+	uint32_t be = htonl(addr);
+	return add_addr_family(sock, ifindex, AF_INET, &be, prefix, err);
 }
 
 static int write_sysctl(const char *path, const char *value, struct lb_error *err)
@@ -240,7 +253,8 @@ static int write_sysctl(const char *path, const char *value, struct lb_error *er
 int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err)
 {
 	char path[128];
-	/* Only this interface: no IPv6 (sandboxes are IPv4-only) and forwarding for the sandbox's packets. */
+	/* Only this interface: no IPv6 until lb_veth_setup_ipv6 (a `web` sandbox with the IPv6 pool on) and
+	 * forwarding for the sandbox's packets. */
 	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host_ifname);
 	int r = write_sysctl(path, "1", err);
 	if (r < 0 && r != -ENOENT)
@@ -259,14 +273,17 @@ int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_erro
 	return add_addr(sock, ifindex, gateway, 30, err);
 }
 
-static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway, struct lb_error *err)
+/* The default route of family via gateway (4 or 16 bytes) on ifindex. */
+static int add_default_route_family(struct nl_sock *sock, int ifindex, int family, const void *gateway,
+				    struct lb_error *err)
 {
 	struct rtnl_route *route = rtnl_route_alloc();
 	if (!route)
 		return lb_error_set(err, ENOMEM, "allocating a route");
-	uint32_t zero = 0, gw = htonl(gateway);
-	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET, &zero, 4);
-	_cleanup_addr_ struct nl_addr *via = nl_addr_build(AF_INET, &gw, 4);
+	static const uint8_t zero[16];
+	size_t len = family == AF_INET ? 4 : 16;
+	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(family, zero, len);
+	_cleanup_addr_ struct nl_addr *via = nl_addr_build(family, gateway, len);
 	struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
 	if (!dst || !via || !nh) {
 		if (nh)
@@ -275,7 +292,7 @@ static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway
 		return lb_error_set(err, ENOMEM, "allocating a route");
 	}
 	nl_addr_set_prefixlen(dst, 0);
-	rtnl_route_set_family(route, AF_INET);
+	rtnl_route_set_family(route, (uint8_t)family);
 	rtnl_route_set_dst(route, dst);
 	rtnl_route_nh_set_ifindex(nh, ifindex);
 	rtnl_route_nh_set_gateway(nh, via);
@@ -283,8 +300,15 @@ static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway
 	int r = rtnl_route_add(sock, route, NLM_F_CREATE | NLM_F_EXCL);
 	rtnl_route_put(route);
 	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "adding the default route: %s", nl_geterror(r));
+		return lb_error_setx(err, nl_errno(r), "adding the default %s route: %s",
+				     family == AF_INET ? "IPv4" : "IPv6", nl_geterror(r));
 	return 0;
+}
+
+static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway, struct lb_error *err)
+{
+	uint32_t gw = htonl(gateway);
+	return add_default_route_family(sock, ifindex, AF_INET, &gw, err);
 }
 
 int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
@@ -324,6 +348,124 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t add
 	if (r < 0)
 		return r;
 	return add_default_route(sock, ifindex, gateway, err);
+}
+
+/* ifname's index and hardware address (*ret_mac is the caller's). */
+static int link_mac(struct nl_sock *sock, const char *ifname, int *ret_ifindex, struct nl_addr **ret_mac,
+		    struct lb_error *err)
+{
+	_cleanup_link_ struct rtnl_link *cur = NULL;
+	int r = rtnl_link_get_kernel(sock, 0, ifname, &cur);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "finding %s: %s", ifname, nl_geterror(r));
+	struct nl_addr *mac = rtnl_link_get_addr(cur);
+	*ret_mac = mac ? nl_addr_clone(mac) : NULL;
+	if (!*ret_mac)
+		return lb_error_setx(err, ENOMEM, "reading the hardware address of %s", ifname);
+	*ret_ifindex = rtnl_link_get_ifindex(cur);
+	return 0;
+}
+
+/* A permanent neighbour entry ip6 -> mac on ifindex: the two ends of a veth know each other, so neither ever sends
+ * neighbour discovery (nor has a link-local address to send it from). */
+static int add_neighbour(struct nl_sock *sock, int ifindex, const uint8_t ip6[16], struct nl_addr *mac,
+			 struct lb_error *err)
+{
+	struct rtnl_neigh *n = rtnl_neigh_alloc();
+	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET6, ip6, 16);
+	if (!n || !dst) {
+		if (n)
+			rtnl_neigh_put(n);
+		return lb_error_set(err, ENOMEM, "allocating a neighbour");
+	}
+	rtnl_neigh_set_ifindex(n, ifindex);
+	rtnl_neigh_set_family(n, AF_INET6);
+	rtnl_neigh_set_dst(n, dst);
+	rtnl_neigh_set_lladdr(n, mac);
+	rtnl_neigh_set_state(n, NUD_PERMANENT);
+	int r = rtnl_neigh_add(sock, n, NLM_F_CREATE | NLM_F_REPLACE);
+	rtnl_neigh_put(n);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "adding a neighbour: %s", nl_geterror(r));
+	return 0;
+}
+
+/* The IPv6 sysctls of one interface for a lensbox link: no generated (link-local) address, no router
+ * advertisements, IPv6 on. Paths are of the calling thread's network namespace. */
+static int ipv6_link_sysctls(const char *ifname, struct lb_error *err)
+{
+	static const char *const keys[][2] = {
+		{ "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" }, { "disable_ipv6", "0" }
+	};
+	char path[128];
+	for (size_t i = 0; i < LB_ARRAY_SIZE(keys); i++) {
+		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, keys[i][0]);
+		int r = write_sysctl(path, keys[i][1], err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int lb_veth_setup_ipv6(int netns_fd, const char *host_ifname, const char *sandbox_ifname, const uint8_t gateway6[16],
+		       const uint8_t addr6[16], struct lb_error *err)
+{
+	/* Host side, in the host's namespace: this interface only (its name is ours, lbh<slot>). Forwarding for the
+	 * sandbox's packets where the kernel can turn it on for one interface (force_forwarding, Linux >= 6.17);
+	 * older kernels forward IPv6 only when all.forwarding is on, which lb_net_init() checked. */
+	int r = ipv6_link_sysctls(host_ifname, err);
+	if (r < 0)
+		return r;
+	char path[128];
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/force_forwarding", host_ifname);
+	r = write_sysctl(path, "1", err);
+	if (r < 0 && r != -ENOENT)
+		return r;
+	_cleanup_nlsock_ struct nl_sock *host = NULL;
+	r = open_sock(&host, err);
+	if (r < 0)
+		return r;
+	int host_ifindex = 0;
+	_cleanup_addr_ struct nl_addr *host_mac = NULL;
+	r = link_mac(host, host_ifname, &host_ifindex, &host_mac, err);
+	if (r < 0)
+		return r;
+	r = add_addr_family(host, host_ifindex, AF_INET6, gateway6, 126, err);
+	if (r < 0)
+		return r;
+
+	/* Sandbox side: as lb_veth_setup_sandbox, this thread enters the sandbox's netns only to open its netlink
+	 * socket and write its sysctls (its own lo and eth0), then returns. */
+	_cleanup_close_ int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (home < 0)
+		return lb_error_set(err, errno, "opening this thread's network namespace");
+	if (setns(netns_fd, CLONE_NEWNET) < 0)
+		return lb_error_set(err, errno, "entering the sandbox's network namespace");
+	_cleanup_nlsock_ struct nl_sock *sb = NULL;
+	r = open_sock(&sb, err);
+	if (r == 0)
+		r = ipv6_link_sysctls(sandbox_ifname, err);
+	if (r == 0) {
+		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/lo/disable_ipv6");
+		r = write_sysctl(path, "0", err); /* its own ::1 */
+	}
+	if (setns(home, CLONE_NEWNET) < 0)
+		return lb_error_set(err, ENOTRECOVERABLE, "returning to the host's network namespace");
+	if (r < 0)
+		return r;
+	int sb_ifindex = 0;
+	_cleanup_addr_ struct nl_addr *sb_mac = NULL;
+	r = link_mac(sb, sandbox_ifname, &sb_ifindex, &sb_mac, err);
+	if (r < 0)
+		return r;
+	r = add_addr_family(sb, sb_ifindex, AF_INET6, addr6, 126, err);
+	if (r == 0)
+		r = add_default_route_family(sb, sb_ifindex, AF_INET6, gateway6, err);
+	if (r == 0)
+		r = add_neighbour(sb, sb_ifindex, gateway6, host_mac, err);
+	if (r == 0)
+		r = add_neighbour(host, host_ifindex, addr6, sb_mac, err);
+	return r;
 }
 
 static int set_flag(const char *ifname, bool up, struct lb_error *err)
@@ -404,25 +546,44 @@ int lb_veth_list(void (*fn)(unsigned slot, const char *alias, void *data), void 
 	return 0;
 }
 
-int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, struct lb_error *err)
+static int default_route_devices(struct nl_sock *sock, struct nl_cache *links, int family, struct lb_uplink *ret,
+				 size_t max, size_t *ret_n, bool *ret_found, struct lb_error *err);
+
+int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret_n, bool *ret_route6,
+				  struct lb_error *err)
 {
 	*ret_n = 0;
+	bool found4 = false, found6 = false;
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;
 	int r = open_sock(&sock, err);
 	if (r < 0)
 		return r;
-	__attribute__((cleanup(nl_cachep))) struct nl_cache *routes = NULL;
-	r = rtnl_route_alloc_cache(sock, AF_INET, 0, &routes);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "listing routes: %s", nl_geterror(r));
 	__attribute__((cleanup(nl_cachep))) struct nl_cache *links = NULL;
 	r = rtnl_link_alloc_cache(sock, AF_UNSPEC, &links);
 	if (r < 0)
 		return lb_error_setx(err, nl_errno(r), "listing links: %s", nl_geterror(r));
+	r = default_route_devices(sock, links, AF_INET, ret, max, ret_n, &found4, err);
+	if (r == 0)
+		r = default_route_devices(sock, links, AF_INET6, ret, max, ret_n, &found6, err);
+	if (ret_route6)
+		*ret_route6 = found6;
+	return r;
+}
+
+static int default_route_devices(struct nl_sock *sock, struct nl_cache *links, int family, struct lb_uplink *ret,
+				 size_t max, size_t *ret_n, bool *ret_found, struct lb_error *err)
+{
+	__attribute__((cleanup(nl_cachep))) struct nl_cache *routes = NULL;
+	int r = rtnl_route_alloc_cache(sock, family, 0, &routes);
+	if (r == -NLE_AF_NOSUPPORT && family == AF_INET6)
+		return 0; /* a kernel without IPv6 */
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "listing routes: %s", nl_geterror(r));
 	for (struct nl_object *o = nl_cache_get_first(routes); o; o = nl_cache_get_next(o)) {
 		struct rtnl_route *rt = (struct rtnl_route *)o;
 		struct nl_addr *dst = rtnl_route_get_dst(rt);
-		if (rtnl_route_get_table(rt) != RT_TABLE_MAIN || (dst && nl_addr_get_prefixlen(dst) != 0))
+		if (rtnl_route_get_table(rt) != RT_TABLE_MAIN || rtnl_route_get_type(rt) != RTN_UNICAST ||
+		    (dst && nl_addr_get_prefixlen(dst) != 0))
 			continue;
 		for (int i = 0; i < rtnl_route_get_nnexthops(rt); i++) {
 			struct rtnl_nexthop *nh = rtnl_route_nexthop_n(rt, i);
@@ -432,6 +593,7 @@ int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret
 				continue;
 			if (strncmp(ifname, LB_NET_IFPREFIX, strlen(LB_NET_IFPREFIX)) == 0)
 				continue;
+			*ret_found = true;
 			bool seen = false;
 			for (size_t k = 0; k < *ret_n; k++)
 				seen = seen || ret[k].ifindex == ifindex;
@@ -448,11 +610,18 @@ int lb_veth_default_route_devices(struct lb_uplink *ret, size_t max, size_t *ret
 	return 0;
 }
 
-int lb_veth_enable_forwarding(const char *ifname, struct lb_error *err)
+int lb_veth_enable_forwarding(const char *ifname, bool ipv6, struct lb_error *err)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", ifname);
 	/* Replies to sandboxes arrive on the uplink, and IPv4 checks forwarding on the way in. Forwarding into a
 	 * sandbox is limited to those replies by the through_host chain of base.nft. */
-	return write_sysctl(path, "1", err);
+	int r = write_sysctl(path, "1", err);
+	if (r < 0 || !ipv6)
+		return r;
+	/* The same for IPv6, this interface only. force_forwarding leaves the interface's router behaviour (its
+	 * `forwarding`, which stops accept_ra=1 from taking router advertisements) as it was. */
+	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/force_forwarding", ifname);
+	r = write_sysctl(path, "1", err);
+	return r == -ENOENT ? 0 : r; /* an interface without IPv6 */
 }

@@ -5,7 +5,8 @@
  *
  * Runs as root in the network namespace it manages. `serve` keeps the resolver and relay running and reads one
  * command a line on stdin, answering one line on stdout ("ok ..." or "error <message>"):
- *   attach NAME NETNS_PATH TIER     ok HOST_IFNAME ADDRESS GATEWAY   (TIER: off, packages, web)
+ *   attach NAME NETNS_PATH TIER     ok HOST_IFNAME ADDRESS GATEWAY ADDRESS6 GATEWAY6   (TIER: off, packages, web;
+ *                                   "-" for what the tier has not: IPv6 is web's only)
  *   detach NAME | blocked NAME      ok | ok COUNT
  *   reconcile [KNOWN_NAME...]       ok REMOVED
  *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=.. ... offload=0|1
@@ -18,7 +19,7 @@
  * Built a second time as lensbox-net-sandbox (LB_NET_WITH_RUNNER), it also starts real sandboxes through lb_runner,
  * the way lensboxd does (start, attach the network to the sandbox's netns, exec, detach, stop), for the network
  * tests that prove each tier from inside a real sandbox:
- *   start NAME TIER ROOTFS STORAGE RUN_DIR UID      ok HOST_IFNAME ADDRESS GATEWAY
+ *   start NAME TIER ROOTFS STORAGE RUN_DIR UID      ok HOST_IFNAME ADDRESS GATEWAY ADDRESS6 GATEWAY6
  *   exec NAME TIMEOUT_S HEX(python source)           ok EXIT SIGNAL HEX(stdout) HEX(stderr)
  *   stop NAME                                        ok
  */
@@ -142,8 +143,9 @@ static void cmd_start(struct lb_net *ctx, char **w)
 	slot->sb = sb;
 	snprintf(slot->name, sizeof(slot->name), "%s", w[1]);
 	snprintf(slot->storage, sizeof(slot->storage), "%s", w[4]);
-	printf("ok %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-", info.address[0] ? info.address : "-",
-	       info.gateway[0] ? info.gateway : "-");
+	printf("ok %s %s %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-",
+	       info.address[0] ? info.address : "-", info.gateway[0] ? info.gateway : "-",
+	       info.address6[0] ? info.address6 : "-", info.gateway6[0] ? info.gateway6 : "-");
 }
 
 static void cmd_exec(char **w)
@@ -198,7 +200,8 @@ static void cmd_stop(struct lb_net *ctx, char **w)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--dns IP[:PORT]] [--resolver-port N]\n"
+	fprintf(stderr, "usage: lensbox-net serve --policy DIR [--pool CIDR] [--pool6 CIDR|off] [--dns IP[:PORT]]\n"
+			"                         [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
 			"                         [--veth-gso-max BYTES] [--no-offload] [--dns-per-sandbox N]\n"
 			"                         [--relay-per-sandbox N]\n"
@@ -229,8 +232,9 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		}
 		if (lb_net_attach(ctx, words[1], fd, tier, &info, &err) < 0)
 			return reply_err("attach", &err);
-		printf("ok %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-",
-		       info.address[0] ? info.address : "-", info.gateway[0] ? info.gateway : "-");
+		printf("ok %s %s %s %s %s\n", info.host_ifname[0] ? info.host_ifname : "-",
+		       info.address[0] ? info.address : "-", info.gateway[0] ? info.gateway : "-",
+		       info.address6[0] ? info.address6 : "-", info.gateway6[0] ? info.gateway6 : "-");
 	} else if (strcmp(cmd, "detach") == 0 && n == 2) {
 		if (lb_net_detach(ctx, words[1], &err) < 0)
 			return reply_err("detach", &err);
@@ -311,6 +315,7 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "policy", required_argument, NULL, 'p' },
 		{ "pool", required_argument, NULL, 'P' },
+		{ "pool6", required_argument, NULL, '6' },
 		{ "dns", required_argument, NULL, 'd' },
 		{ "resolver-port", required_argument, NULL, 'r' },
 		{ "relay-port", required_argument, NULL, 'l' },
@@ -332,6 +337,9 @@ int main(int argc, char **argv)
 			break;
 		case 'P':
 			cfg.pool = optarg;
+			break;
+		case '6':
+			cfg.pool6 = optarg;
 			break;
 		case 'd':
 			cfg.dns_upstream = optarg;

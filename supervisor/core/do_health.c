@@ -90,6 +90,8 @@ void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 		lbd_gen_str(g, "dns_upstream", nh.dns_upstream);
 		lbd_gen_bool(g, "flow_offload", nh.flow_offload);
 		lbd_gen_str(g, "flow_offload_why_not", nh.flow_offload ? NULL : nh.flow_offload_why);
+		lbd_gen_bool(g, "ipv6", nh.ipv6);
+		lbd_gen_str(g, "ipv6_why_not", nh.ipv6 ? NULL : nh.ipv6_why);
 		lbd_gen_uint(g, "attached", nh.sandboxes);
 		/* The resolver and relay: unprivileged processes of their own (services_uid) or lensboxd's threads. */
 		lbd_gen_key(g, "services");

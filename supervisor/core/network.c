@@ -30,6 +30,7 @@ void lbd_network_start(struct lbd *d)
 	struct lb_net_config nc = {
 		.policy_dir = d->cfg.policy_dir,
 		.pool = d->cfg.network_pool,
+		.pool6 = d->cfg.network_pool6,
 		.dns_upstream = d->cfg.dns_upstream[0] ? d->cfg.dns_upstream : NULL,
 		.services_uid = d->cfg.services_uid,
 		.dns_per_sandbox = d->cfg.dns_per_sandbox,
@@ -48,10 +49,11 @@ void lbd_network_start(struct lbd *d)
 		lb_warn(NULL, "removing stale sandbox networks: %s", err.msg);
 	struct lb_net_health nh = { 0 };
 	lb_net_health(d->net, &nh);
-	char f[256];
-	snprintf(f, sizeof(f), "removed=%u flow_offload=%d%s%s%s", removed, nh.flow_offload,
+	char f[640];
+	snprintf(f, sizeof(f), "removed=%u flow_offload=%d%s%s%s ipv6=%d%s%s%s", removed, nh.flow_offload,
 		 nh.flow_offload ? "" : " why=\"", nh.flow_offload ? "" : nh.flow_offload_why,
-		 nh.flow_offload ? "" : "\"");
+		 nh.flow_offload ? "" : "\"", nh.ipv6, nh.ipv6 ? "" : " ipv6_why=\"", nh.ipv6 ? "" : nh.ipv6_why,
+		 nh.ipv6 ? "" : "\"");
 	lb_info(f, "network tiers ready");
 }
 

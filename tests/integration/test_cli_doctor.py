@@ -364,3 +364,37 @@ def test_network_pieces_missing(tmp, protocol, name):
     other = "veth" if name == "nftables" else "nftables"
     assert rep["by"][other]["status"] == "ok", rep["by"][other]
     assert rep["can_run"] is True  # the tiers are lost, `off` sandboxes still run
+
+
+# ---- IPv6 for web (netfilter/src/net.c decides it the same way) ----
+
+ROUTE6_DEFAULT = ("00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+                  "fd000000000000000000000000000001 00000400 00000003 00000000 00000003     eth0\n")
+ROUTE6_LINK = ("fd000000000000000000000000000000 40 00000000000000000000000000000000 00 "
+               "00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n")
+ROUTE6_REJECT = ("00000000000000000000000000000000 00 00000000000000000000000000000000 00 "
+                 "00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo\n")
+
+
+@pytest.mark.parametrize("force,forwarding,routes,pool6,status,words", [
+    (True, "0", ROUTE6_LINK + ROUTE6_DEFAULT, None, "ok", "force_forwarding"),
+    (False, "1", ROUTE6_DEFAULT, None, "ok", "all.forwarding is on"),
+    (False, "0", ROUTE6_DEFAULT, None, "warn", "no per-interface forwarding"),
+    (True, "0", ROUTE6_LINK + ROUTE6_REJECT, None, "ok", "no IPv6 default route"),
+    (False, "0", ROUTE6_DEFAULT, "off", "ok", "turned off"),
+])
+def test_sim_ipv6_for_web(tmp, force, forwarding, routes, pool6, status, words):
+    root = fake_root(tmp)
+    write(f"{root}/proc/sys/net/ipv6/conf/all/forwarding", forwarding + "\n")
+    if force:
+        write(f"{root}/proc/sys/net/ipv6/conf/all/force_forwarding", "0\n")
+    write(f"{root}/proc/net/ipv6_route", routes)
+    keys = {"networking": "on"}
+    if pool6:
+        keys["network_pool6"] = pool6
+    rep = doctor(config(tmp, **keys), env={"LENSBOX_DOCTOR_ROOT": root})
+    c = rep["by"]["ipv6"]
+    assert c["status"] == status and words in c["value"], c
+    if status == "warn":
+        assert_explained(c)
+        assert "accept_ra=2" in c["fix"] and "all.forwarding=1" in c["fix"], c

@@ -24,7 +24,7 @@ UID = 65534
 @pytest.fixture(scope="module")
 def world():
     with nw.World() as w:
-        w.start_lensbox(extra_args=("--services-uid", str(UID)))
+        w.start_lensbox(extra_args=("--services-uid", str(UID), "--package", nw.REGISTRY6))
         w.pkg = w.add_sandbox("isopkg", "packages")
         w.web = w.add_sandbox("isoweb", "web")
         yield w
@@ -76,6 +76,13 @@ def test_tiers_work_and_refusals_are_counted(world):
     assert r["ok"] is False and r["error"] == "EAI_NONAME", r
 
 
+def test_relay_reaches_an_ipv6_only_registry(world):
+    # the confined worker connects over IPv6 too (its seccomp filter, Landlock ports and services.nft allow it)
+    r = world.probe(world.pkg, op="http", host=nw.REGISTRY6, family=6, port=443, tls=True, sni=nw.REGISTRY6,
+                    ca=world.ca)
+    assert r["ok"] and r["status"] == 200 and f'"host": "{nw.REGISTRY6}"' in r["body"], r
+
+
 def test_a_crashed_worker_is_replaced(world):
     """A worker that dies (a parser crash, say) is replaced by its supervisor within moments, and what a sandbox sent
     meanwhile waits in the sockets' queues: the supervisor holds both ports, so none goes unanswered or elsewhere."""
@@ -112,6 +119,11 @@ tcp("host_lan_address", ("10.1.0.1", 80))
 tcp("lan_host", ("10.1.0.10", 80))
 tcp("metadata", ("169.254.169.254", 80))
 tcp("ipv6_loopback", ("::1", 8000), socket.AF_INET6)
+tcp("host_uplink", ("11.1.0.1", 80))
+tcp("site6_443", ("2a0b:11:2::60", 443), socket.AF_INET6)
+tcp("site6_8080", ("2a0b:11:2::60", 8080), socket.AF_INET6)
+tcp("lan6_host", ("fd00:1::10", 80), socket.AF_INET6)
+tcp("host_uplink6", ("2a0b:11:1::1", 80), socket.AF_INET6)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
 q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x04site\x07example\x00\x00\x01\x00\x01"
 try:
@@ -163,17 +175,21 @@ def egress_from(world, uid):
 def test_a_taken_over_service_reaches_only_the_upstream_and_public_web_ports(world):
     """services.nft: should a parser bug hand the resolver or relay to a sandbox's code, their uid still reaches only
     the DNS upstream and ports 80/443 of public addresses, never the host's own services, the LAN, the metadata
-    address, IPv6 or other ports. Root in the same namespace reaches them all: the refusals are the chain's."""
+    address (over IPv4 or IPv6), or other ports. Root in the same namespace reaches them all: the refusals are the
+    chain's."""
     as_services = egress_from(world, UID)
     # refused at once, never by a timeout: connect() gets the rule's ICMP (EHOSTUNREACH; EACCES for IPv6), a
     # datagram's sendto() EPERM
     assert as_services == {"site_443": "ok", "site_80": "ok", "site_8080": "EHOSTUNREACH",
                            "host_loopback": "EHOSTUNREACH", "host_lan_address": "EHOSTUNREACH",
                            "lan_host": "EHOSTUNREACH", "metadata": "EHOSTUNREACH", "ipv6_loopback": "EACCES",
+                           "host_uplink": "EHOSTUNREACH", "site6_443": "ok", "site6_8080": "EACCES",
+                           "lan6_host": "EACCES", "host_uplink6": "EACCES",
                            "upstream_dns": "ok", "udp_elsewhere": "EPERM"}, as_services
     as_root = egress_from(world, 0)
     assert all(as_root[k] == "ok" for k in ("site_8080", "host_loopback", "host_lan_address", "lan_host",
-                                              "metadata", "udp_elsewhere")), as_root
+                                              "metadata", "udp_elsewhere", "host_uplink", "site6_8080", "lan6_host",
+                                              "host_uplink6")), as_root
 
 
 def gone(pid):

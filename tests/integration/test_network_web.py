@@ -149,6 +149,9 @@ def test_resolver_port_and_tcp_dns_refused(world):
     refused(world, world.a, "ECONNREFUSED", op="http", host=nw.RESOLVER_ADDR, port=53)
 
 
-def test_ipv6_is_off_inside(world):
-    r = world.probe(world.a, op="v6", addr="2606:4700::1111", port=443)
-    assert r["ok"] is False and r["error"] == "EADDRNOTAVAIL" and r["elapsed"] < 1.0, r
+def test_ipv6_under_the_rules_of_ipv4(world):
+    # web sandboxes have IPv6 (docs/network.md): another sandbox's IPv6 address and a private one are refused
+    assert world.a["addr6"] != "-" and world.b["addr6"] != "-", world.a
+    refused(world, world.a, "ECONNREFUSED", op="v6", addr=world.b["addr6"], port=80)
+    refused(world, world.a, "ECONNREFUSED", op="v6", addr="fd00::1", port=443)
+    refused(world, world.a, "ECONNREFUSED", op="v6", addr="2606:4700::1111", port=22)

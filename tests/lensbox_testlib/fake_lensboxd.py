@@ -375,7 +375,7 @@ class FakeLensboxd:
                 "network": {"tiers_available": True, "why_not": None, "ip_forward": False,
                             "blocking_forward_chain": None, "blocking_input_chain": None,
                             "dns_upstream": "192.0.2.53:53", "flow_offload": False, "flow_offload_why_not": "fake",
-                            "attached": 0,
+                            "ipv6": False, "ipv6_why_not": "fake", "attached": 0,
                             "services": {"isolated": True, "alive": True, "supervised": True, "landlock_abi": 7,
                                          "restarts": 0}},
                 "sandboxes": {

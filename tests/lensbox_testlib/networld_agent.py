@@ -39,7 +39,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        host = (self.headers.get("Host") or "").split(":")[0]
+        host = self.headers.get("Host") or ""
+        host = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.split(":")[0]
         sni = getattr(self.connection, "lb_sni", None) if isinstance(self.connection, ssl.SSLSocket) else None
         if self.path.startswith("/bulk/"):
             n = int(self.path.split("/")[2])
@@ -60,7 +61,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = self.files[self.path]
             ctype = "application/octet-stream" if self.path.endswith(".whl") else "text/html"
         else:
-            body = json.dumps({"site": self.site, "host": host, "sni": sni, "path": self.path}).encode()
+            # client: the address the request came from (after any translation on the way)
+            body = json.dumps({"site": self.site, "host": host, "sni": sni, "path": self.path,
+                               "client": self.client_address[0]}).encode()
             ctype = "application/json"
         self.send_response(200)
         self.send_header("Content-Type", ctype)
@@ -74,8 +77,18 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     allow_reuse_address = True
 
     def server_bind(self):  # HTTPServer's would look up the address's name (getfqdn): no DNS at start
+        if self.address_family == socket.AF_INET6:  # beside an IPv4 server on the same port ("::" and "0.0.0.0")
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+def _family(addr):
+    return socket.AF_INET6 if ":" in addr else socket.AF_INET
 
 
 def serve_http(args):
@@ -84,7 +97,7 @@ def serve_http(args):
                                       "files": {p: open(f, "rb").read() for p, f in args.get("files", {}).items()}})
     servers = []
     for addr, port, tls in args["listen"]:
-        srv = _Server((addr, port), handler)
+        srv = (_Server6 if ":" in addr else _Server)((addr, port), handler)
         if tls:
             contexts = {}
             for name, (cert, key) in args["certs"].items():
@@ -109,13 +122,26 @@ def serve_http(args):
 
 
 def serve_dns(args):
-    """args: listen [addr, port], names {name: ipv4}, slow {name: seconds} (answered that late, from a timer, so
-    others are not held up). A records only; NXDOMAIN for the rest."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((args["listen"][0], args["listen"][1]))
+    """args: listen [addr, port], listen6 [addr, port] (optional, the same server over IPv6), names {name: ipv4},
+    names6 {name: ipv6}, slow {name: seconds} (answered that late, from a timer, so others are not held up). A and
+    AAAA records; NOERROR without answers for a known name's other types; NXDOMAIN for the rest."""
+    socks = []
+    for key in ("listen", "listen6"):
+        if args.get(key):
+            addr, port = args[key]
+            sock = socket.socket(_family(addr), socket.SOCK_DGRAM)
+            sock.bind((addr, port))
+            socks.append(sock)
     names = {k.lower(): v for k, v in args["names"].items()}
+    names6 = {k.lower(): v for k, v in args.get("names6", {}).items()}
     slow = {k.lower(): v for k, v in args.get("slow", {}).items()}
+    for sock in socks[1:]:
+        threading.Thread(target=_dns_loop, args=(sock, names, names6, slow), daemon=True).start()
     print("ready", flush=True)
+    _dns_loop(socks[0], names, names6, slow)
+
+
+def _dns_loop(s, names, names6, slow):
     while True:
         data, peer = s.recvfrom(4096)
         if len(data) < 12:
@@ -130,13 +156,15 @@ def serve_dns(args):
         qtype = struct.unpack("!H", data[off:off + 2])[0]
         question = data[12:off + 4]
         name = ".".join(labels).lower()
-        ip = names.get(name)
-        if ip is None:
+        ip, ip6 = names.get(name), names6.get(name)
+        if ip is None and ip6 is None:
             s.sendto(struct.pack("!HHHHHH", qid, 0x8183, 1, 0, 0, 0) + question, peer)
             continue
         answers = b""
-        if qtype == 1:
+        if qtype == 1 and ip is not None:
             answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(ip)
+        elif qtype == 28 and ip6 is not None:
+            answers = struct.pack("!HHHIH", 0xC00C, 28, 1, 60, 16) + socket.inet_pton(socket.AF_INET6, ip6)
         reply = struct.pack("!HHHHHH", qid, 0x8180, 1, 1 if answers else 0, 0, 0) + question + answers
         if name in slow:
             threading.Timer(slow[name], s.sendto, (reply, peer)).start()
@@ -145,7 +173,7 @@ def serve_dns(args):
 
 
 def serve_udp_echo(args):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s = socket.socket(_family(args["listen"][0]), socket.SOCK_DGRAM)
     s.bind((args["listen"][0], args["listen"][1]))
     log = args.get("log")
     print("ready", flush=True)
@@ -163,7 +191,8 @@ def _errname(e):
     if isinstance(e, socket.timeout):
         return "TIMEOUT"
     if isinstance(e, socket.gaierror):
-        return {socket.EAI_NONAME: "EAI_NONAME", socket.EAI_AGAIN: "EAI_AGAIN"}.get(e.errno, f"EAI_{e.errno}")
+        return {socket.EAI_NONAME: "EAI_NONAME", socket.EAI_AGAIN: "EAI_AGAIN",
+                socket.EAI_NODATA: "EAI_NODATA"}.get(e.errno, f"EAI_{e.errno}")
     if isinstance(e, ssl.SSLError):
         return "SSL:" + (e.reason or str(e))
     if isinstance(e, OSError) and e.errno:
@@ -180,12 +209,33 @@ def _checksum(data):
     return ~total & 0xFFFF
 
 
+_ICMP6_UNREACH = {0: "ENETUNREACH", 1: "EACCES", 3: "EHOSTUNREACH", 4: "ECONNREFUSED"}  # as the kernel maps them
+
+
+def _ip6_header(src, dst, nxt, payload_len):
+    return struct.pack("!IHBB16s16s", 6 << 28, payload_len, nxt, 64, socket.inet_pton(socket.AF_INET6, src),
+                       socket.inet_pton(socket.AF_INET6, dst))
+
+
+def _tcp6_syn(src, dst, sport, dport):
+    tcp = struct.pack("!HHIIBBHHH", sport, dport, 1, 0, 5 << 4, 0x02, 64240, 0, 0)
+    pseudo = (socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) +
+              struct.pack("!IxxxB", len(tcp), 6))
+    return tcp[:16] + struct.pack("!H", _checksum(pseudo + tcp)) + tcp[18:]
+
+
 def probe(args):
     """args: op, and per op:
-      http: host (connect to, name or IP), port, tls, sni, host_header, ca, path, source (bind address), timeout
-      udp: addr, port, payload, timeout, source
-      dns: server, port, name, timeout   (a raw A query; reports rcode and addresses)
-      resolve: name                       (getaddrinfo through the namespace's resolv.conf)
+      http: host (connect to, name or IP; an IPv6 literal connects over IPv6), family (4 or 6: which address of a
+            name; 4 unless told), port, tls, sni, host_header, ca, path, source (bind address), timeout
+      udp: addr (IPv4 or IPv6), port, payload, timeout, source
+      dns: server, port, name, qtype (1 = A unless told, 28 = AAAA), timeout   (a raw query; rcode and addresses)
+      resolve: name, family (4 unless told; 6; 0 = both)   (getaddrinfo through the namespace's resolv.conf)
+      ping6: addr, timeout               (an ICMPv6 echo over a raw socket; a destination-unreachable answer is
+                                          reported as the errno the kernel gives it)
+      spoof_syn / spoof_syn6: addr, port, source   (a hand-made TCP SYN with a forged source address)
+      frame_syn6: dst_mac, source, addr, port, ifname   (the same as a whole Ethernet frame, sent on the link as is:
+                                                         for destinations the sandbox's own kernel would not route)
     """
     op = args["op"]
     t0 = time.monotonic()
@@ -193,12 +243,14 @@ def probe(args):
     try:
         if op == "http":
             addr = args["host"]
-            try:
-                socket.inet_aton(addr)
-            except OSError:
-                addr = socket.getaddrinfo(addr, args["port"], socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+            fam = socket.AF_INET6 if args.get("family") == 6 or ":" in addr else socket.AF_INET
+            if ":" not in addr:
+                try:
+                    socket.inet_aton(addr)
+                except OSError:
+                    addr = socket.getaddrinfo(addr, args["port"], fam, socket.SOCK_STREAM)[0][4][0]
             out["addr"] = addr
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s = socket.socket(fam, socket.SOCK_STREAM)
             s.settimeout(args.get("timeout", 5))
             if args.get("source"):
                 s.setsockopt(socket.SOL_IP, 15, 1)  # IP_FREEBIND
@@ -209,7 +261,8 @@ def probe(args):
                 if args.get("sni") is None:
                     c.check_hostname = False
                 s = c.wrap_socket(s, server_hostname=args.get("sni"))
-            req = (f"GET {args.get('path', '/')} HTTP/1.1\r\nHost: {args.get('host_header', args['host'])}\r\n"
+            default_host = f"[{args['host']}]" if ":" in args["host"] else args["host"]
+            req = (f"GET {args.get('path', '/')} HTTP/1.1\r\nHost: {args.get('host_header', default_host)}\r\n"
                    "Connection: close\r\n\r\n").encode()
             s.sendall(req)
             data = b""
@@ -276,7 +329,7 @@ def probe(args):
             s.connect((args["addr"], args["port"]))
             out["ok"] = True
         elif op == "udp":
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s = socket.socket(socket.AF_INET6 if ":" in args["addr"] else socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(args.get("timeout", 2))
             if args.get("source"):
                 s.setsockopt(socket.SOL_IP, 15, 1)
@@ -308,11 +361,12 @@ def probe(args):
             out["sent"] = len(ip + tcp)
             out["ok"] = True
         elif op == "dns":
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s = socket.socket(socket.AF_INET6 if ":" in args["server"] else socket.AF_INET, socket.SOCK_DGRAM)
             s.settimeout(args.get("timeout", 2))
             s.connect((args["server"], args.get("port", 53)))
             qname = b"".join(bytes([len(p)]) + p.encode() for p in args["name"].split(".")) + b"\0"
-            s.send(struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", 1, 1))
+            qtype = args.get("qtype", 1)
+            s.send(struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + qname + struct.pack("!HH", qtype, 1))
             data = s.recv(4096)
             _, flags, _, an, _, _ = struct.unpack("!HHHHHH", data[:12])
             out["rcode"] = flags & 0xF
@@ -323,12 +377,47 @@ def probe(args):
                 off += 10
                 if rtype == 1 and rdlen == 4:
                     addrs.append(socket.inet_ntoa(data[off:off + 4]))
+                elif rtype == 28 and rdlen == 16:
+                    addrs.append(socket.inet_ntop(socket.AF_INET6, data[off:off + 16]))
                 off += rdlen
             out["addrs"] = addrs
             out["ok"] = True
         elif op == "resolve":
-            infos = socket.getaddrinfo(args["name"], 443, socket.AF_INET, socket.SOCK_STREAM)
+            fam = {4: socket.AF_INET, 6: socket.AF_INET6, 0: socket.AF_UNSPEC}[args.get("family", 4)]
+            infos = socket.getaddrinfo(args["name"], 443, fam, socket.SOCK_STREAM)
             out["addrs"] = sorted({i[4][0] for i in infos})
+            out["ok"] = True
+        elif op == "ping6":
+            s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+            s.settimeout(args.get("timeout", 2))
+            s.connect((args["addr"], 0))
+            ident = os.getpid() & 0xFFFF
+            s.send(struct.pack("!BBHHH", 128, 0, 0, ident, 1) + b"lensbox")  # the kernel fills the checksum in
+            deadline = time.monotonic() + args.get("timeout", 2)
+            while True:
+                s.settimeout(max(deadline - time.monotonic(), 0.01))
+                data = s.recv(2048)
+                if data[0] == 129 and struct.unpack("!H", data[4:6])[0] == ident:
+                    out["ok"] = True
+                    break
+                if data[0] == 1:  # destination unreachable, quoting our echo
+                    raise OSError(getattr(errno, _ICMP6_UNREACH.get(data[1], "EHOSTUNREACH")), f"code {data[1]}")
+        elif op == "spoof_syn6":
+            tcp = _tcp6_syn(args["source"], args["addr"], 40001, args["port"])
+            s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)  # IPPROTO_RAW: header included
+            pkt = _ip6_header(args["source"], args["addr"], 6, len(tcp)) + tcp
+            s.sendto(pkt, (args["addr"], 0))
+            out["sent"] = len(pkt)
+            out["ok"] = True
+        elif op == "frame_syn6":
+            ifname = args.get("ifname", "eth0")
+            src_mac = open(f"/sys/class/net/{ifname}/address").read().strip()
+            tcp = _tcp6_syn(args["source"], args["addr"], 40002, args["port"])
+            frame = (bytes.fromhex(args["dst_mac"].replace(":", "")) + bytes.fromhex(src_mac.replace(":", "")) +
+                     struct.pack("!H", 0x86DD) + _ip6_header(args["source"], args["addr"], 6, len(tcp)) + tcp)
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            s.bind((ifname, 0))
+            out["sent"] = s.send(frame)
             out["ok"] = True
         else:
             raise ValueError(op)

@@ -23,7 +23,10 @@
 #include "lb/error.h"
 #include "lb/tier.h"
 
-#define LB_NET_DEFAULT_POOL	     "10.231.0.0/16"
+#define LB_NET_DEFAULT_POOL "10.231.0.0/16"
+/* The IPv6 pool `web` sandboxes' /126 links come from: a unique local range (RFC 4193; inside fc00::/7, so no
+ * sandbox reaches another's address, denied.list) that the host translates onto its uplink (NAT66, base.nft). */
+#define LB_NET_DEFAULT_POOL6	     "fd6c:6273::/64"
 #define LB_NET_DEFAULT_RESOLVER_PORT 10053
 #define LB_NET_DEFAULT_RELAY_PORT    10080
 #define LB_NET_IFPREFIX		     "lbh" /* host-side veth names: lbh<slot> */
@@ -44,6 +47,8 @@
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
 	const char *pool;	  /* IPv4 CIDR, prefix 8..28; each sandbox takes a /30. NULL: LB_NET_DEFAULT_POOL */
+	const char *pool6;	  /* IPv6 CIDR, prefix 8..96; each `web` sandbox takes the /126 of its slot. NULL:
+				     LB_NET_DEFAULT_POOL6; "off": sandboxes get no IPv6 */
 	const char *dns_upstream; /* "IPv4" or "IPv4:port" the resolver and relay ask; NULL: first IPv4 nameserver
 				     of /etc/resolv.conf */
 	uint16_t resolver_port;	  /* host port the sandboxes' DNS is redirected to; 0: default */
@@ -97,6 +102,8 @@ struct lb_net_health {
 	int services_landlock_abi;  /* isolated: the Landlock ABI the worker confined itself with (0: none) */
 	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
 	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
+	bool ipv6;		    /* `web` sandboxes get IPv6 (lb_net_config.pool6 and the kernel's forwarding) */
+	char ipv6_why[200];	    /* when not: why, and what would turn it on */
 };
 
 /* What lb_net_attach() built. */
@@ -105,6 +112,8 @@ struct lb_net_info {
 	char sandbox_ifname[16]; /* eth0 in the sandbox */
 	char address[16];	 /* the sandbox's IPv4 address (dotted) */
 	char gateway[16];	 /* the host side, also the sandbox's resolver */
+	char address6[46];	 /* `web` with IPv6: the sandbox's IPv6 address; "" otherwise */
+	char gateway6[46];	 /* ... and the host side's */
 	unsigned prefix;	 /* 30 */
 	unsigned slot;
 };

@@ -38,6 +38,18 @@ struct lb_cidr_list {
 int lb_cidr_list_parse(const char *text, struct lb_cidr_list *ret, struct lb_error *err);
 int lb_cidr_list_add(struct lb_cidr_list *l, const struct lb_cidr *c);
 bool lb_cidr_list_contains(const struct lb_cidr_list *l, int family, const void *addr);
+/* Whether an IPv6 address is denied by l. An address of the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052: what
+ * an IPv6-only network reaches IPv4 sites through) is decided by the IPv4 address it carries, checked against l's
+ * IPv4 ranges; a wider IPv6 range of l that merely spans the prefix (denied.list's ::/3) leaves it to that check,
+ * while a range of l inside the prefix (or the prefix itself) still denies. Any other address: one of l's IPv6
+ * ranges holds it. The other ways to write an IPv4 address in IPv6 (::ffff:0:0/96, ::/96, 64:ff9b:1::/48, 6to4
+ * 2002::/16, Teredo in 2001::/32) are denied whole by policy/network/denied.list. */
+bool lb_cidr_list_denies6(const struct lb_cidr_list *l, const uint8_t addr[16]);
+/* Whether c is an IPv6 range wider than 64:ff9b::/96 that holds it (lb_nft_render_denied leaves the prefix out). */
+bool lb_cidr_spans_nat64(const struct lb_cidr *c);
+/* RFC 6052's well-known NAT64 prefix, 64:ff9b::/96: its first address; the prefix is its first 12 bytes */
+#define LB_NAT64_PREFIX_LEN 12
+extern const uint8_t lb_nat64_prefix_addr[16];
 void lb_cidr_list_free(struct lb_cidr_list *l);
 
 /* ---- host names (packages.list) ---- */

@@ -35,9 +35,12 @@ const char *const *lb_nft_template_words(enum lb_nft_template t, size_t *ret_n);
 /* Every value a template word stands for. Unused fields may stay zero for templates that do not use them. */
 struct lb_nft_vars {
 	char pool[32];		/* POOL4: "10.231.0.0/16" */
+	char pool6[48];		/* POOL6: "fd6c:6273::/64" */
+	uint8_t pool6_base[16]; /* the IPv6 pool's first address (the slot's /126 is pool6_base + 4*slot) */
 	uint16_t resolver_port; /* RESOLVER_PORT */
 	uint16_t relay_port;	/* RELAY_PORT */
-	unsigned slot;		/* SB sb<slot>, IFACE lbh<slot>, GATEWAY/ADDR from pool_base */
+	unsigned slot;		/* SB sb<slot>, IFACE lbh<slot>, GATEWAY/ADDR from pool_base, GATEWAY6/ADDR6 from
+				   pool6_base */
 	uint32_t pool_base;	/* the pool's first address, host order (the slot's /30 is pool_base + 4*slot) */
 	const char *name;	/* NAME: the sandbox's name, validated by the caller (a comment) */
 	uint32_t services_uid;	/* SERVICES_UID */
@@ -46,15 +49,25 @@ struct lb_nft_vars {
 	const char *uplinks;	/* UPLINKS: "\"up0\", \"eth1\"" */
 };
 
-/* Fills vars' pool fields and ports from a pool CIDR (NULL: the default) and ports (0: the defaults).
- * -EINVAL when the pool is not an IPv4 range with prefix 8..28. */
-int lb_nft_vars_init(struct lb_nft_vars *vars, const char *pool, uint16_t resolver_port, uint16_t relay_port);
+/* Fills vars' pool fields and ports from the pools' CIDRs (NULL: the defaults; pool6 "off": the default's
+ * addresses still fill the words, no sandbox gets them) and ports (0: the defaults). -EINVAL when the pool is not an
+ * IPv4 range with prefix 8..28 or pool6 not an IPv6 one with prefix 8..96 (lb_net_pool6_parse). */
+int lb_nft_vars_init(struct lb_nft_vars *vars, const char *pool, const char *pool6, uint16_t resolver_port,
+		     uint16_t relay_port);
+
+/* Parses an IPv6 pool ("off" or NULL: the default's range, *ret_on false for "off"): host bits zero, prefix 8..96,
+ * so that the slots' /126s fit in its low 32 bits. */
+int lb_net_pool6_parse(const char *s, struct lb_cidr *ret, bool *ret_on);
+/* The address k (1: gateway, 2: sandbox) of slot's /126 in the IPv6 pool whose first address is base. */
+void lb_net_pool6_addr(const uint8_t base[16], unsigned slot, unsigned k, uint8_t ret[16]);
 
 /* The commands template t (its text tmpl) stands for with vars filled in. *ret is the caller's. */
 int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_vars *vars, char **ret,
 		  struct lb_error *err);
 
-/* The commands that fill the sets denied4 and denied6 with the ranges of denied (empty families are skipped). */
+/* The commands that fill the sets denied4 and denied6 with the ranges of denied (empty families are skipped). Each
+ * IPv4 range is also denied in its NAT64 form, 64:ff9b::<range> (RFC 6052's well-known prefix, the one embedding
+ * of an IPv4 address that is routed on the internet: lb_cidr_list_denies6). */
 int lb_nft_render_denied(const struct lb_cidr_list *denied, char **ret, struct lb_error *err);
 
 /* Runs cmds as one nft transaction in the caller's network namespace; dry_run: checked by the kernel, not kept

@@ -1,4 +1,6 @@
-/* Unit tests for netfilter/src/lists.c and the shipped policy/network lists: what every tier denies, by address. */
+/* Unit tests for netfilter/src/lists.c and the shipped policy/network lists: what every tier denies, by address,
+ * IPv6 included (an IPv6 address as lb_cidr_list_denies6 decides it: NAT64 forms by the IPv4 address they carry),
+ * and the denied sets and IPv6 slot addresses nftpolicy.c renders from them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +13,9 @@
 #include <cmocka.h>
 
 #include "lb/fileio.h"
+#include "lb/netfilter.h"
 #include "lb/netparse.h"
+#include "lb/nftpolicy.h"
 
 static struct lb_cidr_list shipped;
 
@@ -41,7 +45,7 @@ static bool denied(const char *s)
 	if (inet_pton(AF_INET, s, a) == 1)
 		return lb_cidr_list_contains(&shipped, AF_INET, a);
 	assert_int_equal(inet_pton(AF_INET6, s, a), 1);
-	return lb_cidr_list_contains(&shipped, AF_INET6, a);
+	return lb_cidr_list_denies6(&shipped, a);
 }
 
 static void shipped_denied_list(void **state)
@@ -73,7 +77,15 @@ static void shipped_denied_list(void **state)
 		"::1",
 		"::",
 		"::ffff:10.0.0.1",
-		"64:ff9b::a9fe:a9fe",
+		"64:ff9b::a9fe:a9fe", /* NAT64 of the metadata address */
+		"64:ff9b::a01:203",   /* ... of 10.1.2.3 */
+		"64:ff9b::7f00:1",    /* ... of 127.0.0.1 */
+		"64:ff9b::ffff:ffff", /* ... of 255.255.255.255 */
+		"64:ff9b:1::a9fe:a9fe",
+		"::a9fe:a9fe",		  /* IPv4-compatible */
+		"::ffff:169.254.169.254", /* IPv4-mapped */
+		"2001:0:a9fe:a9fe::1",	  /* Teredo */
+		"2002:a9fe:a9fe::1",	  /* 6to4 */
 		"fc00::1",
 		"fd12::1",
 		"fe80::1",
@@ -93,10 +105,14 @@ static void shipped_denied_list(void **state)
 	}
 	/* and the edges just outside them, plus public addresses, are not */
 	const char *outside[] = {
-		"1.1.1.1",	 "9.255.255.255",   "11.0.0.0",	   "100.63.255.255", "100.128.0.0", "126.255.255.255",
-		"128.0.0.0",	 "169.253.255.255", "169.255.0.0", "172.15.255.255", "172.32.0.0",  "192.0.1.0",
-		"192.88.98.255", "192.167.255.255", "192.169.0.0", "198.17.255.255", "198.20.0.0",  "223.255.255.255",
-		"168.63.129.17", "2606:4700::1",    "2001:200::1", "2a00::1",	     "3ffe::1",	    "3fff:1000::1",
+		"1.1.1.1",	    "9.255.255.255",   "11.0.0.0",	"100.63.255.255",
+		"100.128.0.0",	    "126.255.255.255", "128.0.0.0",	"169.253.255.255",
+		"169.255.0.0",	    "172.15.255.255",  "172.32.0.0",	"192.0.1.0",
+		"192.88.98.255",    "192.167.255.255", "192.169.0.0",	"198.17.255.255",
+		"198.20.0.0",	    "223.255.255.255", "168.63.129.17", "2606:4700::1",
+		"2001:200::1",	    "2a00::1",	       "3ffe::1",	"3fff:1000::1",
+		"64:ff9b::101:101", /* NAT64 of 1.1.1.1: decided by the IPv4 address, which is public */
+		"64:ff9b::b02:14",
 	};
 	for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
 		if (denied(outside[i]))
@@ -154,12 +170,85 @@ static void names(void **state)
 	assert_false(lb_hostname_valid(big, 254));
 }
 
+/* denied.list "names" 64:ff9b::/96 itself: then every NAT64 address is denied, public ones too */
+static void nat64_prefix_listed_itself(void **state)
+{
+	(void)state;
+	struct lb_cidr_list l = { 0 };
+	struct lb_error err;
+	assert_int_equal(lb_cidr_list_parse("::/3\n10.0.0.0/8\n", &l, &err), 0);
+	uint8_t a[16];
+	inet_pton(AF_INET6, "64:ff9b::101:101", a);
+	assert_false(lb_cidr_list_denies6(&l, a));
+	inet_pton(AF_INET6, "64:ff9b::a00:1", a);
+	assert_true(lb_cidr_list_denies6(&l, a));
+	inet_pton(AF_INET6, "64:ff9a::1", a); /* just below the prefix: ::/3 */
+	assert_true(lb_cidr_list_denies6(&l, a));
+	inet_pton(AF_INET6, "64:ff9b::1:0:0", a); /* just above it */
+	assert_true(lb_cidr_list_denies6(&l, a));
+	struct lb_cidr c;
+	assert_int_equal(lb_cidr_parse("64:ff9b::/96", &c), 0);
+	assert_int_equal(lb_cidr_list_add(&l, &c), 0);
+	inet_pton(AF_INET6, "64:ff9b::101:101", a);
+	assert_true(lb_cidr_list_denies6(&l, a));
+	lb_cidr_list_free(&l);
+}
+
+/* What lensboxd loads into denied4/denied6: ::/3 around the NAT64 prefix, each IPv4 range's NAT64 form. */
+static void denied_sets_rendered(void **state)
+{
+	(void)state;
+	struct lb_cidr_list l = { 0 };
+	struct lb_error err;
+	assert_int_equal(lb_cidr_list_parse("::/3\n10.0.0.0/8\n169.254.0.0/16\nfc00::/7\n", &l, &err), 0);
+	char *out = NULL;
+	assert_int_equal(lb_nft_render_denied(&l, &out, &err), 0);
+	const char *want[] = { "add element inet lensbox denied4 { 10.0.0.0/8, 169.254.0.0/16 }",
+			       "::-64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff",
+			       "64:ff9b::1:0:0-1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+			       "64:ff9b::a00:0/104",
+			       "64:ff9b::a9fe:0/112",
+			       "fc00::/7" };
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (!strstr(out, want[i]))
+			fail_msg("%s is not in:\n%s", want[i], out);
+	assert_null(strstr(out, "::/3"));
+	free(out);
+	lb_cidr_list_free(&l);
+}
+
+static void pool6(void **state)
+{
+	(void)state;
+	struct lb_cidr c;
+	bool on;
+	assert_int_equal(lb_net_pool6_parse(NULL, &c, &on), 0);
+	assert_true(on);
+	assert_int_equal(c.prefix, 64);
+	assert_int_equal(lb_net_pool6_parse("off", &c, &on), 0);
+	assert_false(on);
+	assert_int_equal(lb_net_pool6_parse("fd00:1::/48", &c, &on), 0);
+	assert_int_equal(lb_net_pool6_parse("fd00::1/64", &c, &on), -EINVAL); /* host bits */
+	assert_int_equal(lb_net_pool6_parse("fd00::/120", &c, &on), -EINVAL); /* slots need the low 32 bits */
+	assert_int_equal(lb_net_pool6_parse("10.0.0.0/8", &c, &on), -EINVAL);
+	assert_int_equal(lb_net_pool6_parse("fd6c:6273::/64", &c, &on), 0);
+	uint8_t a[16];
+	char s[INET6_ADDRSTRLEN];
+	lb_net_pool6_addr(c.addr, 0, 1, a);
+	assert_string_equal(inet_ntop(AF_INET6, a, s, sizeof(s)), "fd6c:6273::1");
+	lb_net_pool6_addr(c.addr, 70000, 2, a); /* 4 * 70000 + 2 = 0x445c2 */
+	assert_string_equal(inet_ntop(AF_INET6, a, s, sizeof(s)), "fd6c:6273::4:45c2");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(shipped_denied_list),
 		cmocka_unit_test(cidr_parsing),
 		cmocka_unit_test(names),
+		cmocka_unit_test(nat64_prefix_listed_itself),
+		cmocka_unit_test(denied_sets_rendered),
+		cmocka_unit_test(pool6),
 	};
 	return cmocka_run_group_tests(tests, load, unload);
 }
