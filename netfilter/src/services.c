@@ -750,8 +750,8 @@ static bool relay_admit(struct lb_net *ctx, int fd, unsigned *ret_slot)
 {
 	struct sockaddr_storage peer = { 0 };
 	socklen_t sl = sizeof(peer);
-	enum lb_tier tier;
-	unsigned slot;
+	enum lb_tier tier = LB_TIER_OFF;
+	unsigned slot = 0;
 	if (getpeername(fd, (struct sockaddr *)&peer, &sl) < 0)
 		return false;
 	const struct sockaddr_in6 *p6 = (const struct sockaddr_in6 *)&peer;
