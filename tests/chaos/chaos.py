@@ -22,9 +22,11 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from lensbox_testlib.lensboxd import LENSBOXD, Daemon  # noqa: E402
+from lensbox_testlib.images import import_default_image  # noqa: E402
 from lensbox_testlib import svcload  # noqa: E402
 
 # Statuses and codes docs/api.md documents for overload and exhaustion, and for the core ending mid-request (the API
@@ -229,11 +232,37 @@ def kill_core(d, part):
 
 # ---- part 1: kill -9 during a mixed workload ----
 
+class ImageSource:
+    """What the workload's image operations use: an OCI layout to import by path and the same layout served as a
+    registry on 127.0.0.1 (test_image_pull's Front, no auth) to pull from. Nothing leaves the loopback interface."""
+
+    def __init__(self, tmp):
+        sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+        from lensbox_testlib import oci
+        from test_image_pull import Front
+        layer = oci.tar_layer([oci.f("usr/bin/python3", b"", 0o755), oci.f("bin/bash", b"", 0o755),
+                               oci.f("chaos", os.urandom(64 << 10))])
+        self.layout = os.path.join(tmp, "chaos-layout")
+        oci.write_layout(self.layout, [layer], ref_name="1")
+        self.front = Front(self.layout, "127.0.0.1", auth=False)
+
+    def close(self):
+        self.front.shutdown()
+
+
+def image_leftovers(images_dir):
+    """What an interrupted import or pull may leave and a restart must clean: temporary trees, partial blobs."""
+    found = [f"tmp/{n}" for n in _listdir(os.path.join(images_dir, "tmp"))]
+    blobs = os.path.join(images_dir, "layout", "blobs", "sha256")
+    return found + [f"blobs/{n}" for n in _listdir(blobs) if n.endswith(".partial")]
+
+
 class Workload:
     """Threads doing random API calls on a pool of sandboxes, remembering what lensboxd acknowledged."""
 
-    def __init__(self, d, names, tiers=("off",)):
-        self.d, self.names, self.tiers = d, names, tiers
+    def __init__(self, d, names, tiers=("off",), images=None):
+        self.d, self.names, self.tiers, self.image_source = d, names, tiers, images
+        self.images = {}     # name -> config digest of an image import or pull answered 200
         self.lock = threading.Lock()
         self.files = {}      # (sandbox, path) -> sha256 of an upload answered 201 and no delete could have undone
         self.deleted_at = {}  # sandbox -> when its last DELETE was answered: uploads sent before may be gone
@@ -261,8 +290,8 @@ class Workload:
 
     def one(self):
         n = random.choice(self.names)
-        op = random.choices(["put", "get", "list", "run_py", "run_bash", "stop", "delete", "tier", "ls"],
-                            [6, 3, 2, 4, 2, 1, 1, 1, 1])[0]
+        op = random.choices(["put", "get", "list", "run_py", "run_bash", "stop", "delete", "tier", "ls", "image"],
+                            [6, 3, 2, 4, 2, 1, 1, 1, 1, 1 if self.image_source else 0])[0]
         if op == "put":
             i = self._next()
             data = os.urandom(random.randrange(1, 200_000))
@@ -318,6 +347,20 @@ class Workload:
             st, body = self._req("PUT", f"/v1/sandboxes/{n}", {"network": random.choice(self.tiers)}, timeout=120)
             if st not in (200, 201) and (st, _code(body)) not in OVERLOAD:
                 self.unexplained.append(f"PUT sandbox tier -> {st} {body}")
+        elif op == "image":
+            i = self._next()
+            if random.random() < 0.5:
+                name, path, body = f"chaos/imp:{i}", "/v1/images/import", {"path": self.image_source.layout}
+                body["name"] = name
+            else:
+                name = f"{self.image_source.front.host}/chaos/pull:{i}"
+                path, body = "/v1/images/pull", {"ref": name}
+            st, body = self._req("POST", path, body, timeout=120)
+            if st == 200 and body.get("image", {}).get("digest"):
+                with self.lock:
+                    self.images[name] = body["image"]["digest"]
+            elif (st, _code(body)) not in OVERLOAD:
+                self.unexplained.append(f"POST {path} -> {st} {body}")
 
     def loop(self):
         while not self.stop.is_set():
@@ -389,19 +432,37 @@ def check_restart(d, wl, part, world=None):
         st, _ = d.request("GET", f"/v1/runs/{rid}")
         if st != 200:
             part.fail(f"run {rid} answered 200 is not in the ledger ({st})")
+    # every image import or pull answered 200 is there under its name; nothing half-made is left in the store
+    for name, digest in list(wl.images.items()):
+        st, body = d.request("GET", f"/v1/images/{name}")
+        if st != 200 or (body.get("image") or {}).get("digest") != digest:
+            part.fail(f"acknowledged image {name} lost or changed ({st} {body})")
+    if wl.image_source:
+        left = image_leftovers(d.images)
+        if left:
+            part.fail(f"the image store keeps what interrupted imports or pulls left: {left[:5]}")
 
 
 def part_kill9(scale, world_daemon=None):
     """lensboxd SIGKILLed at random moments of a mixed workload, then started again on the same state."""
     part = Part("kill -9 lensboxd")
+    images = None
     if world_daemon:
         world, d = world_daemon
         tiers = ("off", "packages", "web")
     else:
-        world, d, tiers = None, Daemon(), ("off",)
+        # a store of its own (the default image imported into it), so that its imports and pulls touch no other
+        # test's images
+        images_dir = tempfile.mkdtemp(prefix="lbchaos-images-")
+        os.chmod(images_dir, 0o711)
+        import_default_image(images_dir)
+        images = ImageSource(tempfile.mkdtemp(prefix="lbchaos-layout-"))
+        images.store = images_dir
+        world, tiers = None, ("off",)
+        d = Daemon(images_dir=images_dir, settings={"insecure_registries": images.front.host})
     try:
         names = [d.name(f"c{i}") for i in range(scale.sandboxes)]
-        wl = Workload(d, names, tiers)
+        wl = Workload(d, names, tiers, images)
         for i in range(scale.kills):
             ts = wl.run_until_killed(threads=min(8, scale.sandboxes * 2), kill_after=random.uniform(0.5, 2.5))
             kill_core(d, part)
@@ -411,11 +472,14 @@ def part_kill9(scale, world_daemon=None):
             part.tries += 1
             check_restart(d, wl, part, world)
         part.failures += [f"unexplained answer: {u}" for u in wl.unexplained]
-        part.notes.append(f"{len(wl.files)} uploads and {len(wl.runs)} runs acknowledged and checked after each "
-                          f"restart")
+        part.notes.append(f"{len(wl.files)} uploads, {len(wl.runs)} runs and {len(wl.images)} image imports and "
+                          f"pulls acknowledged and checked after each restart")
     finally:
         if not world_daemon:
             d.cleanup()
+            images.close()
+            shutil.rmtree(os.path.dirname(images.layout), ignore_errors=True)
+            shutil.rmtree(images.store, ignore_errors=True)
     return part
 
 
