@@ -188,7 +188,8 @@ static void ipv6_check(struct lbc_doctor *d)
 		    "with accept_ra=1 ignore router advertisements)",
 		    "sysctl -w net.ipv6.conf.UPLINK.accept_ra=2 (if the uplink takes router advertisements), "
 		    "then sysctl -w net.ipv6.conf.all.forwarding=1, and restart lensboxd",
-		    "an IPv6 default route, no per-interface forwarding, all.forwarding = 0");
+		    "an IPv6 default route, no per-interface forwarding, all.forwarding = 0: packages "
+		    "sandboxes have IPv6, web ones do not");
 	} else {
 		lbc_doc_add(d, "ipv6", LBC_DOC_OK, NULL, NULL, "web sandboxes get IPv6 (%s)",
 			    per_interface ? "force_forwarding on their veths and the uplinks" : "all.forwarding is on");

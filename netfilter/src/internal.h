@@ -75,9 +75,10 @@ struct lb_net {
 	unsigned pool_prefix;
 	uint8_t pool6_base[16]; /* the IPv6 pool's first address (lb_net_pool6_addr) */
 	unsigned pool6_prefix;
-	bool ipv6;		 /* web sandboxes get IPv6: the pool is on and the kernel forwards it (init) */
+	bool ipv6;		 /* sandboxes get IPv6: the pool is on and the kernel has IPv6 (init) */
+	bool ipv6_forwarding;	 /* ... and web's can be forwarded (init) */
 	bool ipv6_per_interface; /* ... by force_forwarding on the sandboxes' veths and the uplinks */
-	char ipv6_why[200];	 /* why not, when !ipv6 */
+	char ipv6_why[256];	 /* why not, when !ipv6 or !ipv6_forwarding */
 	atomic_bool route6;	 /* the host has an IPv6 default route (lb_net_follow_uplinks): without one, IPv6
 				    destinations are unroutable, so web sandboxes attached meanwhile get no IPv6 */
 	struct lb_slot *slots;

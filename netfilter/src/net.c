@@ -264,29 +264,35 @@ int lb_net_follow_uplinks(struct lb_net *ctx, unsigned *ret_added, struct lb_err
 	return 0;
 }
 
-/* Whether web sandboxes get IPv6 (ctx->ipv6, else ctx->ipv6_why): the pool is on and this kernel forwards IPv6 for
- * them. Linux >= 6.17 forwards it for the interfaces lensbox names (force_forwarding on the sandboxes' veths and the
- * uplinks). Older kernels forward IPv6 only with net.ipv6.conf.all.forwarding on, a host-wide switch lensbox never
+/* Whether sandboxes get IPv6 (ctx->ipv6: the pool is on and the kernel has IPv6; else ctx->ipv6_why) and whether
+ * web's can be forwarded (ctx->ipv6_forwarding; a packages sandbox's traffic ends at the host's relay, so it needs
+ * none). Linux >= 6.17 forwards IPv6 for the interfaces lensbox names (force_forwarding on the sandboxes' veths and
+ * the uplinks). Older kernels forward it only with net.ipv6.conf.all.forwarding on, a host-wide switch lensbox never
  * turns: it also makes every interface with accept_ra=1 ignore router advertisements. */
 static void ipv6_decide(struct lb_net *ctx, bool on)
 {
 	_cleanup_free_ char *all = NULL;
 	size_t len = 0;
-	ctx->ipv6 = false;
-	ctx->ipv6_per_interface = false;
+	ctx->ipv6 = ctx->ipv6_forwarding = ctx->ipv6_per_interface = false;
 	if (!on) {
 		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why), "turned off (network_pool6 = off)");
-	} else if (access("/proc/sys/net/ipv6", F_OK) != 0) {
+		return;
+	}
+	if (access("/proc/sys/net/ipv6", F_OK) != 0) {
 		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why), "this kernel has no IPv6");
-	} else if (access("/proc/sys/net/ipv6/conf/all/force_forwarding", F_OK) == 0) {
-		ctx->ipv6 = ctx->ipv6_per_interface = true;
+		return;
+	}
+	ctx->ipv6 = true;
+	if (access("/proc/sys/net/ipv6/conf/all/force_forwarding", F_OK) == 0) {
+		ctx->ipv6_forwarding = ctx->ipv6_per_interface = true;
 	} else if (lb_read_file_at(AT_FDCWD, "/proc/sys/net/ipv6/conf/all/forwarding", 16, &all, &len) == 0 &&
 		   all[0] == '1') {
-		ctx->ipv6 = true;
+		ctx->ipv6_forwarding = true;
 	} else {
 		snprintf(ctx->ipv6_why, sizeof(ctx->ipv6_why),
-			 "this kernel (before 6.17) forwards IPv6 only with net.ipv6.conf.all.forwarding = 1, which "
-			 "is off; set accept_ra = 2 on an uplink that takes router advertisements, then turn it on");
+			 "web: this kernel (before 6.17) forwards IPv6 only with net.ipv6.conf.all.forwarding = 1, "
+			 "which is off; set accept_ra = 2 on an uplink that takes router advertisements, then turn it "
+			 "on (packages sandboxes have IPv6 all the same)");
 	}
 }
 
@@ -629,7 +635,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	uint8_t gw6[16], addr6[16];
 	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
 	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
-	bool ipv6 = ctx->ipv6 && atomic_load(&ctx->route6); /* web and packages alike */
+	bool ipv6 = ctx->ipv6 && atomic_load(&ctx->route6) && (t == LB_TIER_PACKAGES || ctx->ipv6_forwarding);
 	if (ipv6) {
 		r = lb_veth_setup_ipv6(netns_fd, ifname, "eth0", gw6, addr6, err);
 		if (r < 0)
@@ -874,11 +880,12 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 		 !h->table_loaded ? "lensbox's table is not loaded" : ctx->offload_why);
 	pthread_mutex_unlock(&ctx->lock);
 	bool route6 = atomic_load(&ctx->route6);
-	h->ipv6 = ctx->ipv6 && route6; /* ctx->ipv6 is set at init only */
+	/* web's IPv6; ctx->ipv6 and ipv6_forwarding are set at init only */
+	h->ipv6 = ctx->ipv6 && route6 && ctx->ipv6_forwarding;
 	snprintf(h->ipv6_why, sizeof(h->ipv6_why), "%s",
-		 !ctx->ipv6 ? ctx->ipv6_why
-		 : route6   ? ""
-			    : "the host has no IPv6 default route");
+		 !ctx->ipv6 || !route6 ? (ctx->ipv6 ? "the host has no IPv6 default route" : ctx->ipv6_why)
+		 : h->ipv6	       ? ""
+				       : ctx->ipv6_why);
 }
 
 const char *lb_net_resolv_conf(enum lb_tier tier)

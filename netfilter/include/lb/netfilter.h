@@ -102,8 +102,9 @@ struct lb_net_health {
 	int services_landlock_abi;  /* isolated: the Landlock ABI the worker confined itself with (0: none) */
 	bool flow_offload;	    /* the flowtable `fastpath` (offload.nft) is loaded: `web` connections take it */
 	char flow_offload_why[160]; /* when not: why (the kernel's refusal, "no uplink", "turned off") */
-	bool ipv6;		    /* `web` sandboxes get IPv6 (lb_net_config.pool6 and the kernel's forwarding) */
-	char ipv6_why[200];	    /* when not: why, and what would turn it on */
+	bool ipv6;	    /* `web` sandboxes get IPv6 (lb_net_config.pool6, the kernel's forwarding, a default route;
+			       `packages` ones need no forwarding) */
+	char ipv6_why[256]; /* when not: why, and what would turn it on */
 };
 
 /* What lb_net_attach() built. */
