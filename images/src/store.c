@@ -22,6 +22,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <yajl/yajl_gen.h>
@@ -363,7 +364,11 @@ static int set_name(struct lb_images *s, const char *name, const char *hex, stru
 	if (strlen(ref.full) > NAME_MAX - 16)
 		return lb_error_setx(err, ENAMETOOLONG, "image name %s is too long", ref.full);
 	name_to_file(ref.full, file, sizeof(file));
-	snprintf(tmp, sizeof(tmp), ".tmp-%d-%ld", (int)getpid(), (long)time(NULL));
+	/* The temporary link's name is the calling thread's own: imports and tags run on several threads of one
+	 * process at once, and a name shared by two of them lets one unlink or rename the other's link. */
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	snprintf(tmp, sizeof(tmp), ".tmp-%d-%ld-%ld", (int)getpid(), (long)syscall(SYS_gettid), (long)now.tv_nsec);
 	snprintf(target, sizeof(target), "../images/%s", hex);
 	_cleanup_close_ int nfd = openat(s->rootfd, "names", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (nfd < 0)

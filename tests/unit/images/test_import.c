@@ -1,10 +1,12 @@
 /* Unit tests for the lb_images import pipeline (store.c, manifest.c, layer.c, resolve.c), run under ASan/UBSan in
  * CI: small OCI layouts are written here with libarchive (gzip layers) and imported into a private store; each
- * hostile case checks the exact errno and that nothing of the failed import remains. Needs root (file owners). */
+ * hostile case checks the exact errno and that nothing of the failed import remains; names set by several threads at
+ * once each point at their own image. Needs root (file owners). */
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -243,6 +245,80 @@ static void refusals(void **state)
 	assert_int_equal(import_ents("entries", big, 4, NULL, false, &l, NULL, &err), -E2BIG);
 }
 
+struct tagger {
+	char root[512];
+	const char *ref;    /* the image this thread names */
+	const char *prefix; /* its names are <prefix>-<k>:1 */
+	int failures;
+};
+
+static void *tag_many(void *arg)
+{
+	struct tagger *t = arg;
+	struct lb_images *s = NULL;
+	struct lb_error err = { 0 };
+	if (lb_images_open(t->root, NULL, &s, &err) < 0) {
+		t->failures = -1;
+		return NULL;
+	}
+	for (int k = 0; k < 200; k++) {
+		char name[64];
+		snprintf(name, sizeof(name), "%s-%d:1", t->prefix, k);
+		if (lb_image_tag(s, t->ref, name, &err) < 0)
+			t->failures++;
+	}
+	lb_images_free(s);
+	return NULL;
+}
+
+/* The supervisor imports and tags on several threads, each with its own handle on one store: two images named at the
+ * same moment must each get their own names (a shared temporary link name once lost one and misnamed the other). */
+static void concurrent_names(void **state)
+{
+	(void)state;
+	const struct ent a[] = { BASE, { "a", 'f', "image a", 0644 } };
+	const struct ent b[] = { BASE, { "b", 'f', "image b", 0644 } };
+	char la[400], lbuf[400], root[512];
+	make_layout("name-a", a, 4, NULL, false, la);
+	make_layout("name-b", b, 4, NULL, false, lbuf);
+	snprintf(root, sizeof(root), "%s/store-names", tmpdir);
+	struct lb_images *s = NULL;
+	struct lb_error err = { 0 };
+	struct lb_image_info *ia = NULL, *ib = NULL;
+	assert_int_equal(lb_images_open(root, NULL, &s, &err), 0);
+	assert_int_equal(lb_image_import(s, la, NULL, "a:1", &ia, &err), 0);
+	assert_int_equal(lb_image_import(s, lbuf, NULL, "b:1", &ib, &err), 0);
+	assert_string_not_equal(ia->config_digest, ib->config_digest);
+
+	struct tagger t[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		t[i] = (struct tagger){ .ref = i % 2 ? "b:1" : "a:1",
+					.prefix = (const char *[]){ "w", "x", "y", "z" }[i] };
+		snprintf(t[i].root, sizeof(t[i].root), "%s", root);
+		assert_int_equal(pthread_create(&th[i], NULL, tag_many, &t[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(t[i].failures, 0);
+	}
+	for (int i = 0; i < 4; i++)
+		for (int k = 0; k < 200; k++) {
+			char name[64];
+			struct lb_image_info *got = NULL;
+			snprintf(name, sizeof(name), "%s-%d:1", t[i].prefix, k);
+			assert_int_equal(lb_image_inspect(s, name, &got, &err), 0);
+			assert_string_equal(got->config_digest, (i % 2 ? ib : ia)->config_digest);
+			lb_image_info_free(got);
+		}
+	char d[600];
+	snprintf(d, sizeof(d), "test -z \"$(ls -A %s/names | grep '^\\.')\"", root);
+	assert_int_equal(system(d), 0); /* no temporary link left behind */
+	lb_image_info_free(ia);
+	lb_image_info_free(ib);
+	lb_images_free(s);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -266,6 +342,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(good_image),
 		cmocka_unit_test(refusals),
+		cmocka_unit_test(concurrent_names),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
