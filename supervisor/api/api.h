@@ -143,6 +143,9 @@ int lbd_json_spec(const struct lbd_config *cfg, yajl_val obj, struct lbd_spec_re
  * for the answer, which fills res (status, body or an fd to send, content type, log fields). Never fails: when the
  * core cannot be reached or answers something malformed, res is a 503 or 502 error saying so. */
 void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res);
+/* When r is -EMFILE or -ENFILE, this process's own shortage: res becomes 503 busy (Retry-After, as the accept loop
+ * answers), saying whether the core may have done the request (its answer was lost), and true is returned. */
+bool lbd_res_fds_short(struct lbd_res *res, int r, bool maybe_done);
 /* As priv_call for a pull or import that asked for progress: waits for the core's first message. A REPLY (an early
  * refusal) fills res as priv_call does. A PROGRESS makes res a stream: status 200, application/x-ndjson, body the
  * first line, has_channel with the channel, which http.c then reads with priv_stream_* until the REPLY. */

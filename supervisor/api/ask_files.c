@@ -34,7 +34,8 @@ void lbd_ask_file_put(struct lbd_req *req, struct lbd_res *res)
 		return;
 	_cleanup_close_ int fd = lbp_memfd("lensbox-file", req->body ? req->body : "", req->body_len);
 	if (fd < 0) {
-		lbd_res_error(res, 500, "internal", "Passing the file on failed: %s.", strerror(-fd));
+		if (!lbd_res_fds_short(res, fd, false))
+			lbd_res_error(res, 500, "internal", "Passing the file on failed: %s.", strerror(-fd));
 		return;
 	}
 	priv_call(req, LBP_FILE_PUT, &w, sizeof(w), fd, res);

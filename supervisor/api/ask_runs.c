@@ -95,9 +95,9 @@ void lbd_ask_run(struct lbd_req *req, struct lbd_res *res)
 	snprintf(w.name, sizeof(w.name), "%s", req->name);
 	if (read_run(&req->a->cfg, root, &w, &source, res) == 0) {
 		_cleanup_close_ int fd = lbp_memfd("lensbox-source", source, (size_t)w.source_len);
-		if (fd < 0)
+		if (fd < 0 && !lbd_res_fds_short(res, fd, false))
 			lbd_res_error(res, 500, "internal", "Passing the source on failed: %s.", strerror(-fd));
-		else
+		else if (fd >= 0)
 			priv_call(req, LBP_RUN, &w, sizeof(w), fd, res);
 	}
 	yajl_tree_free(root);

@@ -42,6 +42,19 @@ static int open_channel(struct lbd_api *a)
 	return pair[0];
 }
 
+bool lbd_res_fds_short(struct lbd_res *res, int r, bool maybe_done)
+{
+	if (r != -EMFILE && r != -ENFILE)
+		return false;
+	const char *done =
+	    maybe_done ? "the core's answer was lost, so the request may have been done" : "the request was not done";
+	lbd_res_error(res, 503, "busy",
+		      "lensboxd's API process is out of file descriptors (too many connections or open files); %s. "
+		      "Try again in a moment.",
+		      done);
+	return true;
+}
+
 /* The decoded reply into res: status, content type, log fields, and the body inline (copied) or as a file. */
 static void take_reply(struct lbp_msg *m, struct lbd_res *res)
 {
@@ -123,6 +136,10 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 	struct lbd_api *a = req->a;
 	atomic_fetch_add(&a->in_flight, 1);
 	int ch = send_request(a, type, payload, len, fd);
+	if (ch < 0 && lbd_res_fds_short(res, ch, false)) {
+		atomic_fetch_sub(&a->in_flight, 1);
+		return;
+	}
 	if (ch < 0) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core cannot be reached (%s); it is restarting or has stopped.",
@@ -148,7 +165,7 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");
-	} else {
+	} else if (!lbd_res_fds_short(res, r, true)) {
 		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.", strerror(-r));
 	}
 	free(m);
@@ -325,6 +342,10 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 	struct lbd_api *a = req->a;
 	atomic_fetch_add(&a->in_flight, 1); /* an orderly stop waits for this request too (lbd_http_stop) */
 	int ch = send_request(a, type, payload, len, fd);
+	if (ch < 0 && lbd_res_fds_short(res, ch, false)) {
+		atomic_fetch_sub(&a->in_flight, 1);
+		return;
+	}
 	if (ch < 0) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core cannot be reached (%s); it is restarting or has stopped.",
@@ -357,7 +378,7 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");
-	} else {
+	} else if (!lbd_res_fds_short(res, r, true)) {
 		if (r == 0)
 			lbp_msg_clear(m);
 		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.",

@@ -24,6 +24,7 @@ import os
 import random
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def proc_figures(pid):
     rss = fds = 0
     for p in [pid] + descendants(pid):
         try:
-            if os.path.realpath(f"/proc/{p}/exe") != exe or (p != pid and _uid(p) != 0):
+            if os.path.realpath(f"/proc/{p}/exe") != exe or (p != pid and _uid(p) != 0 and _comm(p) != "lensboxd-api"):
                 continue
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -150,6 +151,14 @@ def proc_figures(pid):
         except OSError:
             pass
     return rss, fds
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _uid(pid):
@@ -680,6 +689,10 @@ def part_load(scale):
         stop.set()
         for t in ts:
             t.join(timeout=180)
+        # A running sandbox holds descriptors in the core (its process, cgroup, storage) by design: stop them all, so
+        # that what is left to compare is what the load itself may have leaked.
+        for n in names:
+            d.raw("POST", f"/v1/sandboxes/{n}/stop", timeout=60)
         time.sleep(2)
         after = proc_figures(d.proc.pid)
         part.failures += [f"unexplained answer: {u}" for u in unexplained[:20]]
@@ -689,11 +702,15 @@ def part_load(scale):
         part.notes.append(f"{scale.load_connections} clients, {scale.load_sandboxes} sandboxes, "
                           f"{scale.load_seconds:.0f} s: {part.tries} requests; lensboxd RSS {before[0]} KiB before, "
                           f"{peak_rss} KiB at most, {after[0]} KiB after; open fds {before[1]} before, {after[1]} after")
-        # flat: after the load, what lensboxd holds is back where it was (the channel pool may stay grown)
-        if after[1] > before[1] + 64 + 8:
+        # flat: after the load, what lensboxd holds is back where it was; the channel pool may stay grown, up to 64
+        # idle channels with one end in the API process and one in the core
+        if after[1] > before[1] + 2 * 64 + 8:
             part.fail(f"lensboxd holds {after[1]} fds after the load, {before[1]} before: a leak")
+        # growing: the second half's median above the first half's. Not their peaks: the API process holds request
+        # bodies in memory while they pass (bounded, docs/configuration.md), so single samples spike and fall back.
         half = samples[len(samples) // 2:] if samples else []
-        if half and max(r for r, _ in half) > 1.5 * max(r for r, _ in samples[:len(samples) // 2] or [(1, 0)]) + 16384:
+        first = samples[:len(samples) // 2] or [(1, 0)]
+        if half and statistics.median(r for r, _ in half) > 1.5 * statistics.median(r for r, _ in first) + 16384:
             part.fail(f"lensboxd's RSS kept growing under a steady load: {[r for r, _ in samples]}")
         for n in names:  # every acknowledged upload reads back
             for path, want in list(uploaded[n].items())[-3:]:
