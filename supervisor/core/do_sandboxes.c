@@ -98,7 +98,7 @@ void lbd_do_sandbox_put(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	r = lbd_sandbox_ensure(d, sb, &spec, false, &er, &f);
 	/* The row is read within the same turn: a DELETE queued behind this PUT must not turn its success into a
 	 * 404 (the answer describes the sandbox as this request left it). */
-	struct lb_store_sandbox row;
+	struct lb_store_sandbox row = { 0 };
 	if (r == 0 && (r = lb_store_sandbox_get(d->store, name, &row, &err)) < 0)
 		lbd_fail_store(&f, r, "Reading the sandbox back", err.msg);
 	lbd_sandbox_release(d, sb);
