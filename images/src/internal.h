@@ -94,6 +94,9 @@ int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *
 
 int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_info **ret);
 int lbi_make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err);
+/* "<pid>-<tid>-<ns>": a name part no other thread or process uses at the same moment, for temporary files that are
+ * renamed into place in directories several threads write at once (names/, layout/blobs). */
+void lbi_unique_suffix(char *out, size_t size);
 void lbi_remove_tmp(struct lb_images *s, const char *name);
 /* name, digest or digest prefix -> config hex; ret_name_file (may be NULL) gets the names/ entry when ref is a name */
 int lbi_resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *ret_name_file, size_t nsize,

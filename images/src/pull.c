@@ -378,9 +378,13 @@ static int load_credentials(struct puller *p)
 
 static int store_verified(struct puller *p, const void *data, size_t len, const char *hex)
 {
-	char name[100], tmp[120];
+	/* The temporary file is this thread's own: pulls on several threads may store the same blob at once (the same
+	 * content, so whichever rename comes last is as good), but a shared temporary name lets one rename the
+	 * other's file away under it. */
+	char name[100], tmp[200], suffix[64];
 	snprintf(name, sizeof(name), "blobs/sha256/%s", hex);
-	snprintf(tmp, sizeof(tmp), "blobs/sha256/.%s.%d", hex, (int)getpid());
+	lbi_unique_suffix(suffix, sizeof(suffix));
+	snprintf(tmp, sizeof(tmp), "blobs/sha256/.%s.%s", hex, suffix);
 	_cleanup_close_ int fd = openat(p->layoutfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return lb_error_set(p->err, errno, "writing blob %s", hex);

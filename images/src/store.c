@@ -354,6 +354,13 @@ int lbi_name_target(struct lb_images *s, const char *file, char hex[65])
 	return 0;
 }
 
+void lbi_unique_suffix(char *out, size_t size)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	snprintf(out, size, "%d-%ld-%ld", (int)getpid(), (long)syscall(SYS_gettid), (long)now.tv_nsec);
+}
+
 static int set_name(struct lb_images *s, const char *name, const char *hex, struct lb_error *err)
 {
 	struct lb_image_ref ref;
@@ -366,9 +373,9 @@ static int set_name(struct lb_images *s, const char *name, const char *hex, stru
 	name_to_file(ref.full, file, sizeof(file));
 	/* The temporary link's name is the calling thread's own: imports and tags run on several threads of one
 	 * process at once, and a name shared by two of them lets one unlink or rename the other's link. */
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	snprintf(tmp, sizeof(tmp), ".tmp-%d-%ld-%ld", (int)getpid(), (long)syscall(SYS_gettid), (long)now.tv_nsec);
+	char suffix[64];
+	lbi_unique_suffix(suffix, sizeof(suffix));
+	snprintf(tmp, sizeof(tmp), ".tmp-%s", suffix);
 	snprintf(target, sizeof(target), "../images/%s", hex);
 	_cleanup_close_ int nfd = openat(s->rootfd, "names", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (nfd < 0)
