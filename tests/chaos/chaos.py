@@ -180,6 +180,14 @@ def integrity(d):
         db.close()
 
 
+def stop_and_check_integrity(d, part):
+    """Stops lensboxd in an orderly way, then fails part unless its state database passes PRAGMA integrity_check."""
+    d.stop()
+    r = integrity(d)
+    if r != "ok":
+        part.fail(f"PRAGMA integrity_check after the faults: {r}")
+
+
 def net_leaks(world):
     """lbh* veths and sb<N>_* chains left in the sealed world's host namespace."""
     found = []
@@ -805,10 +813,7 @@ def part_state_faults(scale):
         st, _, raw = d.raw("GET", f"/v1/sandboxes/{a}/files/keep.txt")
         if (st, raw) != (200, b"acknowledged"):
             part.fail(f"the upload acknowledged before the faults: {st} {raw[:100]!r}")
-        d.stop()
-        r = integrity(d)
-        if r != "ok":
-            part.fail(f"PRAGMA integrity_check after the faults: {r}")
+        stop_and_check_integrity(d, part)
     finally:
         if d.proc and d.proc.poll() is None:
             d.stop()

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from chaos import Part, _code, _json, descendants, integrity, sha
+from chaos import Part, _code, _json, descendants, sha, stop_and_check_integrity
 from lensbox_testlib.lensboxd import BUILD_DIR, Daemon
 
 LOOPFAULT = os.path.join(BUILD_DIR, "tests", "chaos", "libloopfault.so")
@@ -268,10 +268,7 @@ def part_host_faults(scale):
             st, _, raw = d.raw("GET", f"/v1/runs/{rid}")
             if st != 200:
                 part.fail(f"answered run {rid} not in the ledger: {st} {raw[:200]!r}")
-        d.stop()
-        r = integrity(d)
-        if r != "ok":
-            part.fail(f"PRAGMA integrity_check after the faults: {r}")
+        stop_and_check_integrity(d, part)
     finally:
         if d.proc and d.proc.poll() is None:
             d.stop()

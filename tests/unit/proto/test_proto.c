@@ -20,6 +20,21 @@
 
 static int pair[2];
 
+/* A run of chat-1 with src as its source (in a memfd, as the API process sends it) on pair[0]. */
+static void send_run(const char *src)
+{
+	size_t len = strlen(src);
+	int fd = lbp_memfd("src", src, len);
+	assert_true(fd >= 0);
+	struct lbp_run run = { .name = "chat-1",
+			       .language = LB_LANGUAGE_PYTHON,
+			       .timeout_seconds = 60,
+			       .output_limit = 10000,
+			       .source_len = len };
+	assert_int_equal(lbp_send(pair[0], LBP_RUN, &run, sizeof(run), &fd, 1), 0);
+	close(fd);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -103,15 +118,7 @@ static void round_trip_every_request(void **state)
 	assert_int_equal(m.u.put.spec.network, LB_TIER_WEB);
 
 	const char src[] = "print(6*7)\n";
-	int fd = lbp_memfd("src", src, sizeof(src) - 1);
-	assert_true(fd >= 0);
-	struct lbp_run run = { .name = "chat-1",
-			       .language = LB_LANGUAGE_PYTHON,
-			       .timeout_seconds = 60,
-			       .output_limit = 10000,
-			       .source_len = sizeof(src) - 1 };
-	assert_int_equal(lbp_send(pair[0], LBP_RUN, &run, sizeof(run), &fd, 1), 0);
-	close(fd);
+	send_run(src);
 	assert_int_equal(lbp_recv(pair[1], &m), 0);
 	assert_int_equal(m.nfds, 1);
 	char back[32] = { 0 };
@@ -331,16 +338,7 @@ static void flood_then_serve(void **state)
 static void out_of_fds_told_apart(void **state)
 {
 	(void)state;
-	const char src[] = "print(1)\n";
-	int fd = lbp_memfd("src", src, sizeof(src) - 1);
-	assert_true(fd >= 0);
-	struct lbp_run run = { .name = "chat-1",
-			       .language = LB_LANGUAGE_PYTHON,
-			       .timeout_seconds = 60,
-			       .output_limit = 10000,
-			       .source_len = sizeof(src) - 1 };
-	assert_int_equal(lbp_send(pair[0], LBP_RUN, &run, sizeof(run), &fd, 1), 0);
-	close(fd);
+	send_run("print(1)\n");
 	struct rlimit old;
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
 	int lowest = fcntl(pair[1], F_DUPFD_CLOEXEC, 0);
