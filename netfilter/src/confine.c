@@ -117,7 +117,8 @@ int lb_services_confine(uint16_t upstream_port, int *ret_landlock_abi, struct lb
 	if (r == 0)
 		r = add(sc, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL, err);
 	/* Socket families: AF_UNIX (1), AF_INET (2), AF_INET6 (10), and AF_NETLINK (16) for NETLINK_ROUTE only (the
-	 * resolver reads the host's own addresses with getifaddrs(); changing anything there needs a capability). */
+	 * services ask the kernel's route to an address, to refuse the host's own; changing anything there needs a
+	 * capability). */
 	static const char *const socket_calls[] = { "socket", "socketpair" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(socket_calls) && r == 0; i++) {
 		const char *name = socket_calls[i];

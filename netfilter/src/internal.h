@@ -111,6 +111,7 @@ struct lb_net {
 	struct lb_services_status *services_status;  /* MAP_SHARED, when isolated */
 	uid_t services_uid;
 	atomic_uint dns_inflight;
+	struct lb_dns_cache *dns_cache; /* the upstream's answers (upstream.c); used by the services only */
 };
 
 /* ---- ruleset.c: libnftables ---- */
@@ -183,11 +184,25 @@ void lb_service_free(struct lb_service *s);
 /* Wakes every relayed connection (shutdown of both sockets) and forbids new ones; their threads then finish. */
 void lb_relay_shutdown_all(struct lb_net *ctx);
 
+/* ---- upstream.c: the DNS upstream and its answers ---- */
+
 /* Asks the upstream for name's records of qtype (A or AAAA) and keeps those outside the denied ranges (and not the
  * host's own), each in a 16-byte slot (A: its first 4 bytes). *ret_n may be 0; *ret_dropped counts the addresses
  * that were refused. */
 int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
 			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+
+struct lb_dns_cache;
+struct lb_dns_cache *lb_dns_cache_new(void);
+void lb_dns_cache_free(struct lb_dns_cache *c);
+/* Copies the fresh cached answer for (name, qtype) out (*ret_ttl: the seconds it has left); false when there is none.
+ * Never blocks on the network. */
+bool lb_dns_cached(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
+		   size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+/* lb_upstream_resolve() through ctx->dns_cache: a fresh cached answer when there is one (*ret_ttl then the seconds
+ * it has left), else the upstream's, kept for next time. */
+int lb_upstream_lookup(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
+		       size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
 
 /* ---- isolate.c ---- */
 

@@ -340,7 +340,8 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	if (r < 0)
 		goto fail;
 	ctx->slots = calloc(ctx->n_slots, sizeof(*ctx->slots));
-	if (!ctx->slots) {
+	ctx->dns_cache = lb_dns_cache_new();
+	if (!ctx->slots || !ctx->dns_cache) {
 		r = lb_error_set(err, ENOMEM, "allocating slots");
 		goto fail;
 	}
@@ -485,6 +486,7 @@ void lb_net_free(struct lb_net *ctx)
 	free(ctx->offload_template);
 	free(ctx->services_template);
 	free(ctx->slots);
+	lb_dns_cache_free(ctx->dns_cache);
 	if (ctx->shared)
 		munmap(ctx->shared, ctx->n_slots * sizeof(*ctx->shared));
 	free(ctx->policy_dir);

@@ -14,7 +14,11 @@
  * NAT64 forms of its IPv4 ones, the host's IPv6 addresses dropped); other types, and AAAA for the rest, get an empty
  * answer.
  *
- *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> upstream A/AAAA? --> filter --> answer
+ *   sandbox --udp 53--> [DNAT gateway:resolver_port] --> parse --> policy --> cache, else upstream A/AAAA, filtered
+ *           --> answer
+ *
+ * Answers are kept for their TTL (upstream.c) and shared with the relay; a cached one is sent by the resolver's own
+ * thread, and only a query the upstream must answer gets a thread of its own.
  *
  * Relay (TCP, ctx->relay_port, IPv4 and IPv6 on one socket): a `packages` sandbox's TCP 80/443 arrives here by
  * DNAT. The relay reads the first bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI /
@@ -35,12 +39,13 @@
 #include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <linux/netfilter_ipv6/ip6_tables.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -157,77 +162,6 @@ static int service_start(struct lb_net *ctx, int fd_in, void *(*main_fn)(void *)
 
 /* ---------------------------------------------------------------- upstream DNS client */
 
-int lb_upstream_resolve(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
-			size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl)
-{
-	uint16_t id;
-	if (getrandom(&id, sizeof(id), 0) != sizeof(id))
-		return -EIO;
-	struct lb_dns_query q = { .id = id, .qtype = qtype, .qclass = 1 };
-	snprintf(q.name, sizeof(q.name), "%s", name);
-	uint8_t pkt[512];
-	int len = lb_dns_build_query(id, name, qtype, pkt, sizeof(pkt));
-	if (len < 0)
-		return len;
-	/* EDNS(0) OPT record offering 1232-byte answers (the common safe size), so few answers come truncated:
-	 * root name, type 41, class = payload size, ttl 0, no data */
-	static const uint8_t opt[] = { 0, 0, 41, 0x04, 0xd0, 0, 0, 0, 0, 0, 0 };
-	if ((size_t)len + sizeof(opt) > sizeof(pkt))
-		return -ENOBUFS;
-	memcpy(pkt + len, opt, sizeof(opt));
-	len += (int)sizeof(opt);
-	pkt[11] = 1; /* ARCOUNT */
-	_cleanup_close_ int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	/* connect(): the kernel then drops datagrams from anyone but the upstream */
-	if (connect(fd, (const struct sockaddr *)&ctx->upstream, sizeof(ctx->upstream)) < 0)
-		return -errno;
-	if (send(fd, pkt, (size_t)len, 0) != len)
-		return -EIO;
-	uint64_t deadline = now_ms() + ctx->timeout_ms;
-	for (;;) {
-		uint64_t t = now_ms();
-		if (t >= deadline)
-			return -ETIMEDOUT;
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int pr = poll(&p, 1, (int)(deadline - t));
-		if (pr < 0 && errno != EINTR)
-			return -errno;
-		if (pr <= 0)
-			continue;
-		uint8_t ans[4096];
-		ssize_t n = recv(fd, ans, sizeof(ans), 0);
-		if (n < 0)
-			return -errno;
-		uint8_t raw[16][16];
-		size_t nraw = 0;
-		int rcode;
-		uint32_t ttl;
-		int pr2 = lb_dns_parse_answer(ans, (size_t)n, &q, raw, LB_ARRAY_SIZE(raw), &nraw, &rcode, &ttl);
-		if (pr2 == -EMSGSIZE)
-			return pr2; /* truncated even at 1232 bytes: lensbox does not retry over TCP (SERVFAIL) */
-		if (pr2 < 0)
-			continue; /* not an answer to our question (spoofed or stale): keep waiting */
-		size_t kept = 0, dropped = 0;
-		for (size_t i = 0; i < nraw; i++) {
-			uint32_t be;
-			memcpy(&be, raw[i], 4);
-			if (qtype == LB_DNS_TYPE_A ? lb_net_addr_denied(ctx, be) : lb_net_addr6_denied(ctx, raw[i])) {
-				dropped++;
-				continue;
-			}
-			if (kept < max)
-				memcpy(addrs[kept++], raw[i], 16);
-		}
-		*ret_n = kept;
-		*ret_dropped = dropped;
-		*ret_rcode = rcode;
-		*ret_ttl = ttl > 300 ? 300 : ttl;
-		return 0;
-	}
-}
-
 /* ---------------------------------------------------------------- resolver */
 
 struct dns_job {
@@ -252,9 +186,20 @@ static void answer(struct dns_job *job, const struct lb_dns_query *q, int rcode,
 		sendto(job->svc->fd, out, (size_t)len, MSG_DONTWAIT, (struct sockaddr *)&job->from, sizeof(job->from));
 }
 
-static void *dns_job_main(void *arg)
+/* Gives back what dns_admit() took for job, and job. */
+static void dns_job_end(struct dns_job *job)
 {
-	struct dns_job *job = arg;
+	struct lb_net *ctx = job->svc->ctx;
+	lb_net_share_release(ctx, job->slot, LB_SHARE_DNS);
+	atomic_fetch_sub(&ctx->dns_inflight, 1);
+	free(job);
+}
+
+/* Answers (or drops) job's query. Without may_block only when that needs no upstream round trip (a malformed or
+ * refused query, another type, an answer the cache holds): false then, with nothing sent, when the upstream must be
+ * asked. The resolver's thread calls it so, and hands only those to a thread of their own. */
+static bool dns_handle(struct dns_job *job, bool may_block)
+{
 	struct lb_net *ctx = job->svc->ctx;
 	unsigned slot = job->slot;
 	enum lb_tier tier = job->tier;
@@ -262,41 +207,48 @@ static void *dns_job_main(void *arg)
 	int r = lb_dns_parse_query(job->pkt, job->len, &q);
 	if (r < 0) {
 		lb_net_count_refusal(ctx, slot);
-		goto out; /* malformed or not a host name: silence, as a firewall would */
+		return true; /* malformed or not a host name: silence, as a firewall would */
 	}
 	if (q.qclass != 1) {
 		answer(job, &q, LB_DNS_RCODE_REFUSED, NULL, 0, 0);
-		goto out;
+		return true;
 	}
 	if (tier == LB_TIER_PACKAGES && !lb_name_list_contains(&ctx->packages, q.name, strlen(q.name))) {
 		lb_net_count_refusal(ctx, slot);
 		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
-		goto out;
+		return true;
 	}
 	/* IPv6 addresses only for a sandbox that has IPv6 (web, with the pool on); other types have no answer */
 	if (q.qtype != LB_DNS_TYPE_A && !(q.qtype == LB_DNS_TYPE_AAAA && atomic_load(&ctx->shared[slot].ipv6))) {
 		answer(job, &q, LB_DNS_RCODE_NOERROR, NULL, 0, 60);
-		goto out;
+		return true;
 	}
 	uint8_t addrs[16][16];
 	size_t n = 0, dropped = 0;
 	int rcode = 0;
 	uint32_t ttl = 0;
-	r = lb_upstream_resolve(ctx, q.name, q.qtype, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
+	if (may_block)
+		r = lb_upstream_lookup(ctx, q.name, q.qtype, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl);
+	else if (!lb_dns_cached(ctx, q.name, q.qtype, addrs, LB_ARRAY_SIZE(addrs), &n, &dropped, &rcode, &ttl))
+		return false;
 	if (r < 0) {
 		answer(job, &q, LB_DNS_RCODE_SERVFAIL, NULL, 0, 0);
-		goto out;
+		return true;
 	}
 	if (n == 0 && dropped > 0) { /* every address was private: for a sandbox, the name does not exist */
 		lb_net_count_refusal(ctx, slot);
 		answer(job, &q, LB_DNS_RCODE_NXDOMAIN, NULL, 0, 0);
-		goto out;
+		return true;
 	}
 	answer(job, &q, rcode == LB_DNS_RCODE_NXDOMAIN ? rcode : (rcode ? LB_DNS_RCODE_SERVFAIL : 0), addrs, n, ttl);
-out:
-	lb_net_share_release(ctx, slot, LB_SHARE_DNS);
-	atomic_fetch_sub(&ctx->dns_inflight, 1);
-	free(job);
+	return true;
+}
+
+static void *dns_job_main(void *arg)
+{
+	struct dns_job *job = arg;
+	dns_handle(job, true);
+	dns_job_end(job);
 	return NULL;
 }
 
@@ -348,16 +300,17 @@ static void *resolver_main(void *arg)
 			free(job);
 			continue;
 		}
+		if (dns_handle(job, false)) { /* answered without the upstream: no thread */
+			dns_job_end(job);
+			continue;
+		}
 		pthread_t t;
 		pthread_attr_t attr;
 		pthread_attr_init(&attr);
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 		pthread_attr_setstacksize(&attr, (size_t)256 * 1024);
-		if (pthread_create(&t, &attr, dns_job_main, job) != 0) {
-			lb_net_share_release(s->ctx, job->slot, LB_SHARE_DNS);
-			atomic_fetch_sub(&s->ctx->dns_inflight, 1);
-			free(job);
-		}
+		if (pthread_create(&t, &attr, dns_job_main, job) != 0)
+			dns_job_end(job);
 		pthread_attr_destroy(&attr);
 	}
 }
@@ -531,19 +484,30 @@ static size_t relay_candidates(struct lb_net *ctx, const char *name, uint16_t po
 	size_t n4 = 0, n6 = 0, dropped;
 	int rcode;
 	uint32_t ttl;
-	if (lb_upstream_resolve(ctx, name, LB_DNS_TYPE_A, a4, LB_ARRAY_SIZE(a4), &n4, &dropped, &rcode, &ttl) < 0)
+	if (lb_upstream_lookup(ctx, name, LB_DNS_TYPE_A, a4, LB_ARRAY_SIZE(a4), &n4, &dropped, &rcode, &ttl) < 0)
 		n4 = 0;
 	if (!ctx->ipv6 ||
-	    lb_upstream_resolve(ctx, name, LB_DNS_TYPE_AAAA, a6, LB_ARRAY_SIZE(a6), &n6, &dropped, &rcode, &ttl) < 0)
+	    lb_upstream_lookup(ctx, name, LB_DNS_TYPE_AAAA, a6, LB_ARRAY_SIZE(a6), &n6, &dropped, &rcode, &ttl) < 0)
 		n6 = 0;
+	/* A cached answer was checked when it came; one of its addresses may have become the host's own since. */
+	size_t k4 = 0, k6 = 0;
+	for (size_t i = 0; i < n4; i++) {
+		uint32_t be;
+		memcpy(&be, a4[i], 4);
+		if (!lb_net_addr_denied(ctx, be))
+			memmove(a4[k4++], a4[i], 16);
+	}
+	for (size_t i = 0; i < n6; i++)
+		if (!lb_net_addr6_denied(ctx, a6[i]))
+			memmove(a6[k6++], a6[i], 16);
 	size_t n = 0;
-	for (size_t i = 0; n < max && (i < n4 || i < n6); i++) {
-		if (i < n6 && n < max) {
+	for (size_t i = 0; n < max && (i < k4 || i < k6); i++) {
+		if (i < k6 && n < max) {
 			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&out[n++];
 			*s6 = (struct sockaddr_in6){ .sin6_family = AF_INET6, .sin6_port = htons(port) };
 			memcpy(&s6->sin6_addr, a6[i], 16);
 		}
-		if (i < n4 && n < max) {
+		if (i < k4 && n < max) {
 			struct sockaddr_in *s4 = (struct sockaddr_in *)&out[n++];
 			*s4 = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons(port) };
 			memcpy(&s4->sin_addr, a4[i], 4);
@@ -711,6 +675,12 @@ static void *relay_conn_main(void *arg)
 	/* and a peer that stops reading cannot hold the relay's send (and this thread) longer than that either */
 	setsockopt(c->client, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof(idle));
 	setsockopt(c->server, SOL_SOCKET, SO_SNDTIMEO, &idle, sizeof(idle));
+	/* No Nagle on the relay's two legs: the endpoints already decide when a small write goes out (each its own
+	 * Nagle); holding a short TLS record or HTTP head back again until the previous segment is acknowledged only
+	 * adds a delayed ACK's wait to the handshake and the first byte. Bulk bytes go in large sends either way. */
+	int one = 1;
+	setsockopt(c->client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(c->server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (send(c->server, buf, fwd, MSG_NOSIGNAL) != (ssize_t)fwd)
 		goto out;
 	free(buf);

@@ -10,11 +10,15 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "internal.h"
+#include "lb/cleanup.h"
 
 int lb_net_lookup_source(struct lb_net *ctx, uint32_t addr_be, unsigned *ret_slot, enum lb_tier *ret_tier)
 {
@@ -86,35 +90,71 @@ void lb_net_share_release(struct lb_net *ctx, unsigned slot, enum lb_share what)
 	pthread_mutex_unlock(&ctx->lock);
 }
 
+/* Whether addr (4 or 16 bytes of family) is the host's own, as the nft rules' `fib daddr type local` decides: the
+ * kernel's route to it is local (or broadcast, anycast, multicast: nothing a connection should go to either). One
+ * RTM_GETROUTE round trip, whatever the number of interfaces; getifaddrs() dumps every link and address (1.5 KB per
+ * sandbox veth) and so grew with the sandboxes running. The reply is made while the request is sent, so the receive
+ * never waits. 1, 0, or -errno (the callers deny then). */
+static int addr_is_local(int family, const void *addr)
+{
+	size_t alen = family == AF_INET ? 4 : 16;
+	struct {
+		struct nlmsghdr nh;
+		struct rtmsg rt;
+		struct rtattr dst;
+		uint8_t addr[16];
+	} req;
+	memset(&req, 0, sizeof(req));
+	req.nh.nlmsg_len = (uint32_t)(NLMSG_LENGTH(sizeof(req.rt)) + RTA_LENGTH(alen));
+	req.nh.nlmsg_type = RTM_GETROUTE;
+	req.nh.nlmsg_flags = NLM_F_REQUEST;
+	req.nh.nlmsg_seq = 1;
+	req.rt.rtm_family = (unsigned char)family;
+	req.rt.rtm_dst_len = (unsigned char)(alen * 8);
+	req.dst.rta_len = (unsigned short)RTA_LENGTH(alen);
+	req.dst.rta_type = RTA_DST;
+	memcpy(req.addr, addr, alen);
+	_cleanup_close_ int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (fd < 0)
+		return -errno;
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+		return -errno;
+	union {
+		struct nlmsghdr nh;
+		uint8_t bytes[4096];
+	} reply;
+	ssize_t n = recv(fd, &reply, sizeof(reply), MSG_DONTWAIT);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n < sizeof(struct nlmsghdr) || reply.nh.nlmsg_len > (size_t)n || reply.nh.nlmsg_seq != 1)
+		return -EPROTO;
+	if (reply.nh.nlmsg_type == NLMSG_ERROR) {
+		const struct nlmsgerr *e = NLMSG_DATA(&reply.nh);
+		if (reply.nh.nlmsg_len < NLMSG_LENGTH(sizeof(*e)))
+			return -EPROTO;
+		/* no route to it at all (unreachable, prohibited): not one of the host's addresses */
+		return e->error == -ENETUNREACH || e->error == -EHOSTUNREACH || e->error == -EACCES ? 0
+		       : e->error < 0								    ? e->error
+												    : -EPROTO;
+	}
+	if (reply.nh.nlmsg_type != RTM_NEWROUTE || reply.nh.nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg)))
+		return -EPROTO;
+	const struct rtmsg *rt = NLMSG_DATA(&reply.nh);
+	return rt->rtm_type == RTN_LOCAL || rt->rtm_type == RTN_BROADCAST || rt->rtm_type == RTN_ANYCAST ||
+	       rt->rtm_type == RTN_MULTICAST;
+}
+
 bool lb_net_addr_denied(struct lb_net *ctx, uint32_t addr_be)
 {
 	if (lb_cidr_list_contains(&ctx->denied, AF_INET, &addr_be))
 		return true;
-	/* the host's own addresses (what `fib daddr type local` means for the nft rules) */
-	struct ifaddrs *ifa = NULL;
-	if (getifaddrs(&ifa) < 0)
-		return true; /* cannot tell: refuse */
-	bool local = false;
-	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr.s_addr == addr_be)
-			local = true;
-	freeifaddrs(ifa);
-	return local;
+	return addr_is_local(AF_INET, &addr_be) != 0; /* an address that cannot be checked is denied */
 }
 
 bool lb_net_addr6_denied(struct lb_net *ctx, const uint8_t addr[16])
 {
 	if (lb_cidr_list_denies6(&ctx->denied, addr))
 		return true;
-	struct ifaddrs *ifa = NULL;
-	if (getifaddrs(&ifa) < 0)
-		return true; /* cannot tell: refuse */
-	bool local = false;
-	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 &&
-		    memcmp(((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr.s6_addr, addr, 16) == 0)
-			local = true;
-	freeifaddrs(ifa);
-	return local;
+	return addr_is_local(AF_INET6, addr) != 0;
 }

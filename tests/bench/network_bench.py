@@ -7,7 +7,9 @@ Prints, from one run:
   - the throughput of a bulk download (curl, --size MiB) through the `web` tier (forward + masquerade, or the
     flowtable's fast path where the kernel has flowtables: the first line says which) and through the `packages`
     relay (HTTP and HTTPS), each against the same download made directly from the world's host namespace
-    (target: >= 90 %). `--no-offload` runs lensbox without its flowtable, to compare.
+    (target: >= 90 %). `--no-offload` runs lensbox without its flowtable, to compare;
+  - whole HTTPS requests through the relay for smaller bodies (--bodies, default 100 KB and 10 MB: target >= 0.95 x
+    direct): each request's time from curl's start to its last byte, name lookup, connection and TLS included.
 The last line is the figures as JSON. Needs root and a built lensbox-net (LENSBOX_BUILD_DIR, default build/).
 
 How the throughput is compared, and why:
@@ -20,6 +22,12 @@ How the throughput is compared, and why:
     the one pair a build landed on. Each side's median rate is printed too.
   - 1 GiB per download by default, so a run lasts about a second at the local rates here: connection set-up and
     TCP's ramp are noise, not a share of the result.
+  - Smaller bodies are what a package install mostly fetches; there set-up is most of the cost, so their figure is
+    the whole request's: direct time over relayed time (a speed ratio, >1 when the relay is faster), median of
+    --small-repeat pairs. Each side resolves the name as a program there would: the direct one through the world's
+    DNS server (the host's resolv.conf), the relayed one through lensbox's resolver, which keeps answers for their
+    TTL (the first request of a run pays the upstream round trip; the median is of the later ones, as a package
+    install asking one host again and again sees).
   - Everything runs on the same two cores: the server, curl, and for the relay a second TCP connection's both ends.
     Nothing is pinned or rate-limited (the direct download is as fast as this machine makes it). So that the cost
     is visible and not only its effect on a rate, `*_cpu_ms_per_mib` is the CPU time (user + system, including the
@@ -80,10 +88,12 @@ def cpu_seconds(pids):
     return total / CLK_TCK
 
 
-def curl_run(ns, url, ca, size, pids, resolve=None):
-    """One download: (MiB/s from first to last byte, ms to the first byte, CPU seconds it cost)."""
+def curl_run(ns, url, ca, size, pids, resolve=None, whole=False):
+    """One download: (MiB/s from first to last byte, ms to the first byte, CPU seconds it cost); with whole, the
+    request's ms from curl's start to its last byte and the ms its name lookup took in place of the rate."""
     cmd = ["ip", "netns", "exec", ns, "env", "-i", "PATH=/usr/bin:/bin", "curl", "-sS", "--noproxy", "*", "-o",
-           "/dev/null", "-w", "%{size_download} %{time_starttransfer} %{time_total}", "--cacert", ca, url]
+           "/dev/null", "-w", "%{size_download} %{time_starttransfer} %{time_total} %{time_namelookup}", "--cacert",
+           ca, url]
     if resolve:
         cmd[-1:-1] = ["--resolve", resolve]
     before = cpu_seconds(pids)
@@ -98,11 +108,39 @@ def curl_run(ns, url, ca, size, pids, resolve=None):
     spent = cpu_seconds(pids) - before + ru.ru_utime + ru.ru_stime
     if p.returncode != 0:
         raise SystemExit(f"curl {url} in {ns} failed ({p.returncode}): {errout.strip()}")
-    n, t_first, t_total = out.split()
-    n, t_first, t_total = int(n), float(t_first), float(t_total)
+    n, t_first, t_total, t_lookup = out.split()
+    n, t_first, t_total, t_lookup = int(n), float(t_first), float(t_total), float(t_lookup)
     if n != size:
         raise SystemExit(f"curl {url} in {ns} got {n} bytes, not {size}")
+    if whole:
+        return t_total * 1000, t_lookup * 1000, spent
     return n / (t_total - t_first) / (1 << 20), t_first * 1000, spent
+
+
+def compare_whole(world, tier_ns, url, size, repeat, pids):
+    """Pairs of whole (direct, relayed) requests, taking turns at going first: per side the median ms and median name
+    lookup ms; the median of the pairs' direct/relayed ratios, and those ratios."""
+    sides = {"direct": [], "tier": []}
+    ratios = []
+    for i in range(repeat):
+        order = [("direct", world.host), ("tier", tier_ns)]
+        if i % 2:
+            order.reverse()
+        pair = {}
+        for side, ns in order:
+            ms, lookup, _ = curl_run(ns, url, world.ca, size, pids, whole=True)
+            pair[side] = ms
+            sides[side].append((ms, lookup))
+        ratios.append(pair["direct"] / pair["tier"])
+    med = {s: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for s, v in sides.items()}
+    return med, statistics.median(ratios), ratios
+
+
+def parse_size(text):
+    """100K, 10M, 1G or a plain byte count (K = 1000, as "100 KB" means)."""
+    units = {"K": 1000, "M": 1000 ** 2, "G": 1000 ** 3}
+    text = text.strip().upper().rstrip("B")
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def compare(world, tier_ns, url, resolve, size, repeat, pids):
@@ -132,8 +170,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=7, help="direct/tier pairs per path")
     ap.add_argument("--no-offload", action="store_true",
                     help="lensbox without its flowtable (lb_net_config.no_flow_offload), to compare")
+    ap.add_argument("--bodies", default="100K,10M", help="body sizes of the whole HTTPS requests through the relay "
+                    "(comma-separated; K and M are 1000 and 1000^2 bytes)")
+    ap.add_argument("--small-repeat", type=int, default=21, help="direct/relayed pairs per body size")
     ap.add_argument("--only", default="", help="comma-separated paths to measure (web_http, relay_http, "
-                    "relay_https); default: all")
+                    "relay_https, relay_https_bodies); default: all")
     a = ap.parse_args()
     size = a.size << 20
     w = nw.World()
@@ -172,6 +213,20 @@ def main():
             print(f"{key:12s} through the tier {t_rate:8.1f} MiB/s, direct {d_rate:8.1f} MiB/s: {ratio:.2f} x direct "
                   f"(pairs {min(ratios):.2f}-{max(ratios):.2f}); first byte {t_ttfb:.1f} vs {d_ttfb:.1f} ms; "
                   f"CPU {t_cpu:.2f} vs {d_cpu:.2f} ms/MiB")
+        if not only or "relay_https_bodies" in only:
+            for text in filter(None, a.bodies.split(",")):
+                n = parse_size(text)
+                key = f"relay_https_{text.strip().lower()}"
+                med, ratio, ratios = compare_whole(w, psb["ns"], f"https://files.pythonhosted.org/bulk/{n}", n,
+                                                   a.small_repeat, pids)
+                (t_ms, t_lookup), (d_ms, d_lookup) = med["tier"], med["direct"]
+                figures.update({f"{key}_ratio": round(ratio, 3), f"{key}_ratio_min": round(min(ratios), 3),
+                                f"{key}_ratio_max": round(max(ratios), 3), f"{key}_ms": round(t_ms, 2),
+                                f"{key}_direct_ms": round(d_ms, 2), f"{key}_lookup_ms": round(t_lookup, 2),
+                                f"{key}_direct_lookup_ms": round(d_lookup, 2)})
+                print(f"{key:18s} whole request through the relay {t_ms:7.1f} ms, direct {d_ms:7.1f} ms: {ratio:.2f} x "
+                      f"direct's speed (pairs {min(ratios):.2f}-{max(ratios):.2f}); name lookup {t_lookup:.2f} vs "
+                      f"{d_lookup:.2f} ms")
         print(json.dumps(figures))
     finally:
         w.close()

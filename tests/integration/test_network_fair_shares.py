@@ -1,8 +1,8 @@
 """Fair shares of the resolver and the relay (lb_net_config.dns_per_sandbox, relay_per_sandbox), in the sealed world.
 
 Two quiet sandboxes ask the resolver (`web`) and fetch through the relay (`packages`) every 20 ms; two others flood
-them: one sends DNS queries for a name the world's DNS server answers 1 s late (each holds a query in flight) as
-fast as its socket takes them, the other holds 300 idle connections to the relay, opening a new one for each the relay
+them: one sends DNS queries for names the world's DNS server answers 1 s late (each a new name, so none is answered
+from lensbox's cache and each holds a query in flight) as fast as its socket takes them, the other holds 300 idle connections to the relay, opening a new one for each the relay
 resets. The quiet sandboxes' latency is measured in quiet and flooded phases taking turns in the same run (three of
 each, pooled), and the flooded p99 must stay within 1.5 x the quiet p99 (plus 2 ms, the timer resolution of a loaded
 2-core machine), with no failed attempt; the flooders' excess is refused and counted in their `blocked`. The same
@@ -43,7 +43,8 @@ def phase(world, flooded):
     """One phase: the quiet sandboxes' attempts [(start, end, ok)] for dns and relay; the floods' attempt counts."""
     floods = []
     if flooded:
-        floods = [svcload.Traffic(world.loud_web, "dns_flood", idle=True, name=nw.SLOW, rate=DNS_FLOOD_RATE),
+        floods = [svcload.Traffic(world.loud_web, "dns_flood", idle=True, name=nw.SLOW, rate=DNS_FLOOD_RATE,
+                                  fresh=True),
                   svcload.Traffic(world.loud_pkg, "relay_hold", idle=True, addr=nw.REGISTRY_IP, conns=300)]
         time.sleep(1.0)  # the flood at full strength before measuring
     dns = svcload.Traffic(world.quiet_web, "dns", name=nw.SITE, timeout=1.0, interval=0.02)

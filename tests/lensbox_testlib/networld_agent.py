@@ -123,7 +123,7 @@ def serve_http(args):
 
 def serve_dns(args):
     """args: listen [addr, port], listen6 [addr, port] (optional, the same server over IPv6), names {name: ipv4},
-    names6 {name: ipv6}, slow {name: seconds} (answered that late, from a timer, so others are not held up). A and
+    names6 {name: ipv6}, slow {name: seconds} (answered that late, from a timer, so others are not held up; any name under one too). A and
     AAAA records; NOERROR without answers for a known name's other types; NXDOMAIN for the rest."""
     socks = []
     for key in ("listen", "listen6"):
@@ -156,6 +156,9 @@ def _dns_loop(s, names, names6, slow):
         qtype = struct.unpack("!H", data[off:off + 2])[0]
         question = data[12:off + 4]
         name = ".".join(labels).lower()
+        parent = name.split(".", 1)[-1]
+        if name not in names and name not in names6 and parent in slow:
+            name = parent  # any name under a slow one is answered as it is, as late: a flood no cache holds
         ip, ip6 = names.get(name), names6.get(name)
         if ip is None and ip6 is None:
             s.sendto(struct.pack("!HHHHHH", qid, 0x8183, 1, 0, 0, 0) + question, peer)

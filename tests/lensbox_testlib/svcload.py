@@ -8,7 +8,8 @@ fair-share tests (and tests/chaos/) measure answers and latency with.
 Run as `python3 svcload.py MODE JSON` inside the namespace (`ip netns exec`), it sends one attempt at a time, every
 `interval` seconds, each bounded by `timeout`, until its stdin closes, and prints one line per attempt. Flood modes
 (`relay_hold`: hold `conns` idle connections to the relay, reopening those it resets; `dns_flood`: send queries as
-fast as the socket takes them, or `rate` a second, never waiting for answers) print how many attempts they made. Only the sealed world's addresses
+fast as the socket takes them, or `rate` a second, never waiting for answers; with `fresh`, each for a new name under
+`name`, which no cache holds) print how many attempts they made. Only the sealed world's addresses
 (169.254.53.53, which nftables sends to the resolver, and the world's registry address) are ever contacted.
 Standard library only.
 """
@@ -103,6 +104,9 @@ def main():
     elif mode == "dns_flood":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setblocking(False)
+        # fresh: each query for a name of its own under args["name"], so that none is answered from lensbox's cache
+        # (a flood meant to hold queries in flight does that)
+        fresh = args.get("fresh", False)
         sent, q = 0, dns_query(args["name"], 1)
         rate, t0 = args.get("rate", 0), time.monotonic()
         while True:
@@ -112,6 +116,8 @@ def main():
                     break
                 continue
             for _ in range(50 if rate else 200):
+                if fresh:
+                    q = dns_query(f"q{sent}.{args['name']}", 1)
                 try:
                     s.sendto(q, RESOLVER)
                     sent += 1
