@@ -7,7 +7,8 @@
  * removes what is pinned or what the caller's in_use says a sandbox uses, and removes an image the same way rm does
  * (names first, then the tree renamed into tmp/ and deleted), so a sandbox being created concurrently either finds
  * the complete image or none. Pulled blobs (layout/blobs/sha256) are kept while any remaining image lists them in
- * its image.json "blobs".
+ * its image.json "blobs"; other files there (unwanted blobs, a resumable .partial, a killed pull's temporary
+ * .<hex>.<writer>) go once they are 10 minutes old.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -128,15 +129,19 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 		}
 		while ((de = readdir(bd))) {
 			struct stat st;
-			if (de->d_name[0] == '.' || fstatat(bfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-			    !S_ISREG(st.st_mode) || now - st.st_mtim.tv_sec < BLOB_GRACE_SECONDS)
+			/* Dot files are a pull's temporary blobs (.<hex>.<writer>, pull.c): one that outlived the grace
+			 * period belongs to a pull that was killed before its rename, and goes like any unwanted blob.
+			 */
+			if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+			    fstatat(bfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+			    now - st.st_mtim.tv_sec < BLOB_GRACE_SECONDS)
 				continue;
 			char key[65];
 			snprintf(key, sizeof(key), "%.64s", de->d_name);
 			bool is_digest = strlen(de->d_name) == 64;
 			if (is_digest && n_wanted && bsearch(key, wanted, n_wanted, sizeof(*wanted), cmp65))
 				continue;
-			unlinkat(bfd, de->d_name, 0); /* unwanted blob, or an abandoned .partial */
+			unlinkat(bfd, de->d_name, 0); /* unwanted blob, an abandoned .partial or temporary blob */
 		}
 		closedir(bd);
 	}

@@ -439,13 +439,19 @@ def test_gc_removes_unwanted_pulled_blobs(plain, tmp_path):
     blobs = store / "layout/blobs/sha256"
     names = sorted(os.listdir(blobs))
     assert digests["layers"][0][7:] in names and len(names) == 3  # manifest, config, layer
+    # what a pull killed between writing a blob and renaming it leaves: an old one and one being written now
+    abandoned, fresh = f".{digests['layers'][0][7:]}.1234-1234-1", f".{digests['layers'][0][7:]}.1235-1235-2"
+    (blobs / abandoned).write_bytes(b"half a blob")
+    (blobs / fresh).write_bytes(b"half a blob")
     old = time.time() - 3600
-    for n in names:
+    for n in names + [abandoned]:
         os.utime(blobs / n, (old, old))
     tool = [TOOL, "--root", str(store)]
     assert subprocess.run(tool + ["pin", f"{plain.host}/gcme:1"]).returncode == 0
     subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.DEVNULL)
-    assert sorted(os.listdir(blobs)) == names  # a pinned image keeps its blobs
+    # a pinned image keeps its blobs; the abandoned temporary blob goes, the fresh one stays
+    assert sorted(os.listdir(blobs)) == sorted(names + [fresh])
+    os.unlink(blobs / fresh)
     assert subprocess.run(tool + ["unpin", f"{plain.host}/gcme:1"]).returncode == 0
     out = subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.PIPE, text=True).stdout
     assert out.strip() == "removed 1 image(s)"
