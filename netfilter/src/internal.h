@@ -139,22 +139,33 @@ int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t siz
 
 /* ---- veth.c: libnl-3 ---- */
 
+/* Creates the pair: host side host_ifname (ifalias alias), the other end sandbox_ifname born inside netns_fd. Its
+ * host side's index and hardware address. */
 int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
-		   int *ret_host_ifindex, struct lb_error *err);
+		   int *ret_host_ifindex, uint8_t ret_host_mac[6], struct lb_error *err);
 /* Sets the largest segment (GSO/TSO unit) the host's TCP may hand to link ifindex, IPv4 (Linux >= 6.3, "BIG TCP"),
  * and reads it back: *ret_size is what the kernel now holds, 0 when it does not know the setting (older kernels
  * ignore it). Fails only if netlink does. */
 int lb_veth_set_gso_ipv4_max(int ifindex, uint32_t size, uint32_t *ret_size, struct lb_error *err);
-/* Host side: gateway/30 up, forwarding on, IPv6 off. */
-int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err);
-/* Inside netns_fd: lo up, and (when sandbox_ifname) its address/30, default route via gateway, IPv6 off. */
-int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
+/* Host side (link ifindex): forwarding on, up, gateway/30; with gateway6, IPv6 for this link alone set before it is
+ * up (no link-local address, no router advertisements, force_forwarding where the kernel has it) and gateway6/126;
+ * without, IPv6 off on it. */
+int lb_veth_setup_host(const char *host_ifname, int ifindex, uint32_t gateway, const uint8_t *gateway6,
+		       struct lb_error *err);
+/* The sandbox's end of a link: its IPv4 address and gateway; with addr6 (NULL: no IPv6) its IPv6 address, the
+ * gateway's, and the host side's hardware address (for the permanent neighbour entry). */
+struct lb_veth_addrs {
+	uint32_t addr, gateway; /* host order */
+	const uint8_t *addr6, *gateway6;
+	const uint8_t *host_mac;
+};
+/* Inside netns_fd: lo up and, when sandbox_ifname, that link up with a's addresses and default routes; IPv6 on it
+ * and lo (sysctls before either is up, no link-local address, no router advertisements, a permanent neighbour entry
+ * for the gateway) when a->addr6, else IPv6 off in the namespace. *ret_mac: sandbox_ifname's hardware address. */
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a, uint8_t ret_mac[6],
 			  struct lb_error *err);
-/* IPv6 on both ends (after the two calls above): gateway6/126 on the host side, addr6/126 and a default route via
- * gateway6 inside, permanent neighbour entries both ways; no link-local addresses, no router advertisements; on
- * the host side forwarding for this interface where the kernel has force_forwarding. */
-int lb_veth_setup_ipv6(int netns_fd, const char *host_ifname, const char *sandbox_ifname, const uint8_t gateway6[16],
-		       const uint8_t addr6[16], struct lb_error *err);
+/* A permanent IPv6 neighbour entry ip6 -> mac on host link ifindex. */
+int lb_veth_add_neighbour6(int ifindex, const uint8_t ip6[16], const uint8_t mac[6], struct lb_error *err);
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_down(const char *host_ifname, struct lb_error *err);

@@ -1,7 +1,8 @@
 /*
  * veth.c — a sandbox's link to the host: the veth pair, its addresses and routes, through libnl-3 (rtnetlink).
- * IPv4 for every networked tier; IPv6 too for `web` (lb_veth_setup_ipv6: static addresses and neighbours, no
- * link-local address, no router advertisements, so nothing on the link is discovered or configured by packets).
+ * IPv4 for every networked tier; IPv6 too where the host has it (static addresses and neighbours, no link-local
+ * address, no router advertisements, all set before a link is first up, so nothing on the link is discovered or
+ * configured by packets).
  *
  * Runs in lensboxd (root, any thread) with the thread in the host's network namespace. The sandbox's end is created
  * straight inside the sandbox's netns (IFLA_NET_NS_FD), so it never exists on the host. To address it, the calling
@@ -86,8 +87,18 @@ static int open_sock(struct nl_sock **ret, struct lb_error *err)
 	return 0;
 }
 
+/* link's hardware address (a veth's: 6 bytes) into mac. */
+static int link_mac_bytes(struct rtnl_link *link, const char *ifname, uint8_t mac[6], struct lb_error *err)
+{
+	struct nl_addr *a = rtnl_link_get_addr(link);
+	if (!a || nl_addr_get_len(a) != 6)
+		return lb_error_setx(err, EPROTO, "reading the hardware address of %s", ifname);
+	memcpy(mac, nl_addr_get_binary_addr(a), 6);
+	return 0;
+}
+
 int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
-		   int *ret_host_ifindex, struct lb_error *err)
+		   int *ret_host_ifindex, uint8_t ret_host_mac[6], struct lb_error *err)
 {
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;
 	int r = open_sock(&sock, err);
@@ -119,7 +130,7 @@ int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, con
 	if (r < 0)
 		return lb_error_setx(err, nl_errno(r), "labelling veth %s: %s", host_ifname, nl_geterror(r));
 	*ret_host_ifindex = rtnl_link_get_ifindex(cur);
-	return 0;
+	return link_mac_bytes(cur, host_ifname, ret_host_mac, err);
 }
 
 #ifndef IFLA_GSO_IPV4_MAX_SIZE
@@ -192,20 +203,31 @@ int lb_veth_set_gso_ipv4_max(int ifindex, uint32_t size, uint32_t *ret_size, str
 	return 0;
 }
 
+/* Brings link ifindex up; ifname names it in an error. */
+static int link_up_index(struct nl_sock *sock, int ifindex, const char *ifname, struct lb_error *err)
+{
+	_cleanup_link_ struct rtnl_link *cur = rtnl_link_alloc();
+	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
+	if (!cur || !change)
+		return lb_error_set(err, ENOMEM, "allocating a link change");
+	rtnl_link_set_ifindex(cur, ifindex);
+	rtnl_link_set_flags(change, IFF_UP);
+	int r = rtnl_link_change(sock, cur, change, 0);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "bringing %s up: %s", ifname, nl_geterror(r));
+	return 0;
+}
+
+/* Brings ifname up; its index. */
 static int link_up(struct nl_sock *sock, const char *ifname, struct lb_error *err)
 {
 	_cleanup_link_ struct rtnl_link *cur = NULL;
 	int r = rtnl_link_get_kernel(sock, 0, ifname, &cur);
 	if (r < 0)
 		return lb_error_setx(err, nl_errno(r), "finding %s: %s", ifname, nl_geterror(r));
-	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
-	if (!change)
-		return lb_error_set(err, ENOMEM, "allocating a link change");
-	rtnl_link_set_flags(change, IFF_UP);
-	r = rtnl_link_change(sock, cur, change, 0);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "bringing %s up: %s", ifname, nl_geterror(r));
-	return rtnl_link_get_ifindex(cur);
+	int ifindex = rtnl_link_get_ifindex(cur);
+	r = link_up_index(sock, ifindex, ifname, err);
+	return r < 0 ? r : ifindex;
 }
 
 /* Adds address bytes (4 or 16 of family) /prefix to ifindex. IPv6 ones skip duplicate address detection: the link
@@ -250,15 +272,47 @@ static int write_sysctl(const char *path, const char *value, struct lb_error *er
 	return 0;
 }
 
-int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_error *err)
+/* The IPv6 sysctls of one interface for a lensbox link: no generated (link-local) address, no router
+ * advertisements, IPv6 on. Written before the link is first up, so no link-local address is ever made. Paths are of
+ * the calling thread's network namespace. */
+static int ipv6_link_sysctls(const char *ifname, struct lb_error *err)
+{
+	static const char *const keys[][2] = {
+		{ "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" }, { "disable_ipv6", "0" }
+	};
+	char path[128];
+	for (size_t i = 0; i < LB_ARRAY_SIZE(keys); i++) {
+		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, keys[i][0]);
+		int r = write_sysctl(path, keys[i][1], err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int lb_veth_setup_host(const char *host_ifname, int ifindex, uint32_t gateway, const uint8_t *gateway6,
+		       struct lb_error *err)
 {
 	char path[128];
-	/* Only this interface: no IPv6 until lb_veth_setup_ipv6 (a `web` sandbox with the IPv6 pool on) and
-	 * forwarding for the sandbox's packets. */
-	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host_ifname);
-	int r = write_sysctl(path, "1", err);
-	if (r < 0 && r != -ENOENT)
-		return r;
+	int r;
+	if (gateway6) {
+		/* IPv6 for this interface only (its name is ours, lbh<slot>), set before it is up; forwarding for the
+		 * sandbox's packets where the kernel can turn it on for one interface (force_forwarding, Linux >=
+		 * 6.17); older kernels forward IPv6 only when all.forwarding is on, which lb_net_init() checked. */
+		r = ipv6_link_sysctls(host_ifname, err);
+		if (r < 0)
+			return r;
+		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/force_forwarding", host_ifname);
+		r = write_sysctl(path, "1", err);
+		if (r < 0 && r != -ENOENT)
+			return r;
+	} else {
+		/* no IPv6 on this link at all */
+		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host_ifname);
+		r = write_sysctl(path, "1", err);
+		if (r < 0 && r != -ENOENT)
+			return r;
+	}
 	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", host_ifname);
 	r = write_sysctl(path, "1", err);
 	if (r < 0)
@@ -267,10 +321,13 @@ int lb_veth_setup_host(const char *host_ifname, uint32_t gateway, struct lb_erro
 	r = open_sock(&sock, err);
 	if (r < 0)
 		return r;
-	int ifindex = link_up(sock, host_ifname, err);
-	if (ifindex < 0)
-		return ifindex;
-	return add_addr(sock, ifindex, gateway, 30, err);
+	r = link_up_index(sock, ifindex, host_ifname, err);
+	if (r < 0)
+		return r;
+	r = add_addr(sock, ifindex, gateway, 30, err);
+	if (r == 0 && gateway6)
+		r = add_addr_family(sock, ifindex, AF_INET6, gateway6, 126, err);
+	return r;
 }
 
 /* The default route of family via gateway (4 or 16 bytes) on ifindex. */
@@ -311,9 +368,64 @@ static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway
 	return add_default_route_family(sock, ifindex, AF_INET, &gw, err);
 }
 
-int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t addr, uint32_t gateway,
+/* A permanent neighbour entry ip6 -> mac on ifindex: the two ends of a veth know each other, so neither ever sends
+ * neighbour discovery (nor has a link-local address to send it from). */
+static int add_neighbour(struct nl_sock *sock, int ifindex, const uint8_t ip6[16], const uint8_t mac[6],
+			 struct lb_error *err)
+{
+	struct rtnl_neigh *n = rtnl_neigh_alloc();
+	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET6, ip6, 16);
+	_cleanup_addr_ struct nl_addr *ll = nl_addr_build(AF_LLC, mac, 6);
+	if (!n || !dst || !ll) {
+		if (n)
+			rtnl_neigh_put(n);
+		return lb_error_set(err, ENOMEM, "allocating a neighbour");
+	}
+	rtnl_neigh_set_ifindex(n, ifindex);
+	rtnl_neigh_set_family(n, AF_INET6);
+	rtnl_neigh_set_dst(n, dst);
+	rtnl_neigh_set_lladdr(n, ll);
+	rtnl_neigh_set_state(n, NUD_PERMANENT);
+	int r = rtnl_neigh_add(sock, n, NLM_F_CREATE | NLM_F_REPLACE);
+	rtnl_neigh_put(n);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "adding a neighbour: %s", nl_geterror(r));
+	return 0;
+}
+
+int lb_veth_add_neighbour6(int ifindex, const uint8_t ip6[16], const uint8_t mac[6], struct lb_error *err)
+{
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r < 0)
+		return r;
+	return add_neighbour(sock, ifindex, ip6, mac, err);
+}
+
+/* Inside the sandbox's netns (the calling thread is there): its IPv6 sysctls, before any of its links is up. */
+static int sandbox_sysctls(const char *sandbox_ifname, bool ipv6, struct lb_error *err)
+{
+	if (!ipv6) {
+		/* IPv6 off inside: the tier has none here, and a v6 address would be a way around its rules */
+		int r = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err);
+		if (r == 0)
+			r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
+		return r == -ENOENT ? 0 : r; /* -ENOENT: a kernel without IPv6 */
+	}
+	/* IPv6 on eth0 (static address, no link-local, no router advertisements) and lo (its own ::1); off for any
+	 * link made later */
+	int r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
+	if (r == 0)
+		r = ipv6_link_sysctls(sandbox_ifname, err);
+	if (r == 0)
+		r = write_sysctl("/proc/sys/net/ipv6/conf/lo/disable_ipv6", "0", err);
+	return r;
+}
+
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a, uint8_t ret_mac[6],
 			  struct lb_error *err)
 {
+	bool ipv6 = sandbox_ifname && a && a->addr6;
 	_cleanup_close_ int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (home < 0)
 		return lb_error_set(err, errno, "opening this thread's network namespace");
@@ -323,148 +435,35 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, uint32_t add
 		return lb_error_set(err, errno, "entering the sandbox's network namespace");
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;
 	int r = open_sock(&sock, err);
-	if (r == 0 && sandbox_ifname) {
-		/* IPv6 off inside: lensbox filters IPv4 only, and a v6 address would be a way around it */
-		r = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err);
-		if (r == 0)
-			r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
-		if (r == -ENOENT) /* a kernel without IPv6 */
-			r = 0;
-	}
+	if (r == 0 && sandbox_ifname)
+		r = sandbox_sysctls(sandbox_ifname, ipv6, err);
 	if (setns(home, CLONE_NEWNET) < 0)
 		return lb_error_set(err, ENOTRECOVERABLE, "returning to the host's network namespace");
 	if (r < 0)
 		return r;
 
-	r = link_up(sock, "lo", err);
-	if (r < 0)
+	r = link_up_index(sock, 1, "lo", err); /* lo is link 1 of every network namespace */
+	if (r < 0 || !sandbox_ifname || !a)
 		return r;
-	if (!sandbox_ifname)
-		return 0;
-	int ifindex = link_up(sock, sandbox_ifname, err);
-	if (ifindex < 0)
-		return ifindex;
-	r = add_addr(sock, ifindex, addr, 30, err);
-	if (r < 0)
-		return r;
-	return add_default_route(sock, ifindex, gateway, err);
-}
-
-/* ifname's index and hardware address (*ret_mac is the caller's). */
-static int link_mac(struct nl_sock *sock, const char *ifname, int *ret_ifindex, struct nl_addr **ret_mac,
-		    struct lb_error *err)
-{
 	_cleanup_link_ struct rtnl_link *cur = NULL;
-	int r = rtnl_link_get_kernel(sock, 0, ifname, &cur);
+	r = rtnl_link_get_kernel(sock, 0, sandbox_ifname, &cur);
 	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "finding %s: %s", ifname, nl_geterror(r));
-	struct nl_addr *mac = rtnl_link_get_addr(cur);
-	*ret_mac = mac ? nl_addr_clone(mac) : NULL;
-	if (!*ret_mac)
-		return lb_error_setx(err, ENOMEM, "reading the hardware address of %s", ifname);
-	*ret_ifindex = rtnl_link_get_ifindex(cur);
-	return 0;
-}
-
-/* A permanent neighbour entry ip6 -> mac on ifindex: the two ends of a veth know each other, so neither ever sends
- * neighbour discovery (nor has a link-local address to send it from). */
-static int add_neighbour(struct nl_sock *sock, int ifindex, const uint8_t ip6[16], struct nl_addr *mac,
-			 struct lb_error *err)
-{
-	struct rtnl_neigh *n = rtnl_neigh_alloc();
-	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET6, ip6, 16);
-	if (!n || !dst) {
-		if (n)
-			rtnl_neigh_put(n);
-		return lb_error_set(err, ENOMEM, "allocating a neighbour");
-	}
-	rtnl_neigh_set_ifindex(n, ifindex);
-	rtnl_neigh_set_family(n, AF_INET6);
-	rtnl_neigh_set_dst(n, dst);
-	rtnl_neigh_set_lladdr(n, mac);
-	rtnl_neigh_set_state(n, NUD_PERMANENT);
-	int r = rtnl_neigh_add(sock, n, NLM_F_CREATE | NLM_F_REPLACE);
-	rtnl_neigh_put(n);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "adding a neighbour: %s", nl_geterror(r));
-	return 0;
-}
-
-/* The IPv6 sysctls of one interface for a lensbox link: no generated (link-local) address, no router
- * advertisements, IPv6 on. Paths are of the calling thread's network namespace. */
-static int ipv6_link_sysctls(const char *ifname, struct lb_error *err)
-{
-	static const char *const keys[][2] = {
-		{ "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" }, { "disable_ipv6", "0" }
-	};
-	char path[128];
-	for (size_t i = 0; i < LB_ARRAY_SIZE(keys); i++) {
-		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, keys[i][0]);
-		int r = write_sysctl(path, keys[i][1], err);
-		if (r < 0)
-			return r;
-	}
-	return 0;
-}
-
-int lb_veth_setup_ipv6(int netns_fd, const char *host_ifname, const char *sandbox_ifname, const uint8_t gateway6[16],
-		       const uint8_t addr6[16], struct lb_error *err)
-{
-	/* Host side, in the host's namespace: this interface only (its name is ours, lbh<slot>). Forwarding for the
-	 * sandbox's packets where the kernel can turn it on for one interface (force_forwarding, Linux >= 6.17);
-	 * older kernels forward IPv6 only when all.forwarding is on, which lb_net_init() checked. */
-	int r = ipv6_link_sysctls(host_ifname, err);
-	if (r < 0)
-		return r;
-	char path[128];
-	snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/force_forwarding", host_ifname);
-	r = write_sysctl(path, "1", err);
-	if (r < 0 && r != -ENOENT)
-		return r;
-	_cleanup_nlsock_ struct nl_sock *host = NULL;
-	r = open_sock(&host, err);
-	if (r < 0)
-		return r;
-	int host_ifindex = 0;
-	_cleanup_addr_ struct nl_addr *host_mac = NULL;
-	r = link_mac(host, host_ifname, &host_ifindex, &host_mac, err);
-	if (r < 0)
-		return r;
-	r = add_addr_family(host, host_ifindex, AF_INET6, gateway6, 126, err);
-	if (r < 0)
-		return r;
-
-	/* Sandbox side: as lb_veth_setup_sandbox, this thread enters the sandbox's netns only to open its netlink
-	 * socket and write its sysctls (its own lo and eth0), then returns. */
-	_cleanup_close_ int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (home < 0)
-		return lb_error_set(err, errno, "opening this thread's network namespace");
-	if (setns(netns_fd, CLONE_NEWNET) < 0)
-		return lb_error_set(err, errno, "entering the sandbox's network namespace");
-	_cleanup_nlsock_ struct nl_sock *sb = NULL;
-	r = open_sock(&sb, err);
+		return lb_error_setx(err, nl_errno(r), "finding %s: %s", sandbox_ifname, nl_geterror(r));
+	int ifindex = rtnl_link_get_ifindex(cur);
+	r = link_mac_bytes(cur, sandbox_ifname, ret_mac, err);
 	if (r == 0)
-		r = ipv6_link_sysctls(sandbox_ifname, err);
-	if (r == 0) {
-		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/lo/disable_ipv6");
-		r = write_sysctl(path, "0", err); /* its own ::1 */
-	}
-	if (setns(home, CLONE_NEWNET) < 0)
-		return lb_error_set(err, ENOTRECOVERABLE, "returning to the host's network namespace");
-	if (r < 0)
+		r = link_up_index(sock, ifindex, sandbox_ifname, err);
+	if (r == 0)
+		r = add_addr(sock, ifindex, a->addr, 30, err);
+	if (r == 0)
+		r = add_default_route(sock, ifindex, a->gateway, err);
+	if (r < 0 || !ipv6)
 		return r;
-	int sb_ifindex = 0;
-	_cleanup_addr_ struct nl_addr *sb_mac = NULL;
-	r = link_mac(sb, sandbox_ifname, &sb_ifindex, &sb_mac, err);
-	if (r < 0)
-		return r;
-	r = add_addr_family(sb, sb_ifindex, AF_INET6, addr6, 126, err);
+	r = add_addr_family(sock, ifindex, AF_INET6, a->addr6, 126, err);
 	if (r == 0)
-		r = add_default_route_family(sb, sb_ifindex, AF_INET6, gateway6, err);
+		r = add_default_route_family(sock, ifindex, AF_INET6, a->gateway6, err);
 	if (r == 0)
-		r = add_neighbour(sb, sb_ifindex, gateway6, host_mac, err);
-	if (r == 0)
-		r = add_neighbour(host, host_ifindex, addr6, sb_mac, err);
+		r = add_neighbour(sock, ifindex, a->gateway6, a->host_mac, err);
 	return r;
 }
 
