@@ -160,8 +160,6 @@ static int service_start(struct lb_net *ctx, int fd_in, void *(*main_fn)(void *)
 	return 0;
 }
 
-/* ---------------------------------------------------------------- upstream DNS client */
-
 /* ---------------------------------------------------------------- resolver */
 
 struct dns_job {
