@@ -7,12 +7,10 @@
  *                  + 2   the sandbox (eth0 inside)   + 3   broadcast
  *
  * Order of attach: slot taken (under the lock) -> veth created into the sandbox's netns -> host side addressed ->
- * sandbox side addressed and routed; the tier's rules are loaded in one nft transaction by a second thread meanwhile
- * (they name lbh<N>, which matches nothing until the veth exists, and until their map elements are in, the base
- * chains drop everything from lbh<N>: a half-built sandbox reaches nothing either way). For `web` with offload on,
- * the rules and the veth's place in the flowtable go in one transaction after the veth, which the flowtable needs to
- * exist. Any failure undoes the earlier steps. Detach runs the other way: rules and flowtable device first, then the
- * veth.
+ * sandbox side addressed and routed -> the tier's rules (and, for `web` with offload on, the veth's place in the
+ * flowtable) loaded in one nft transaction. Until the last step the base chains drop everything from lbh<N> (no map
+ * element), so a half-built sandbox reaches nothing. Any failure undoes the earlier steps. Detach runs the other way:
+ * rules and flowtable device first, then the veth.
  * Offload (policy/network/offload.nft) is optional: lb_net_init() tries it once after the base table and the
  * uplinks are in place; a kernel without flowtables refuses that transaction as a whole and lensbox goes on without
  * it, saying why in lb_net_health().
@@ -568,37 +566,6 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, co
 	return 0;
 }
 
-/* The rules of a slot being attached, loaded by a thread of their own while lb_net_attach makes the veth. */
-struct rules_job {
-	struct lb_net *ctx;
-	unsigned slot;
-	enum lb_tier tier;
-	const char *name;
-	pthread_t thread;
-	bool started;
-	int r;
-	struct lb_error err;
-};
-
-static void *rules_job_main(void *arg)
-{
-	struct rules_job *j = arg;
-	j->r = load_slot_rules(j->ctx, j->slot, j->tier, j->name, false, &j->err);
-	return NULL;
-}
-
-/* Waits for the rules' thread, if one was started; its result, with err filled on failure. */
-static int rules_job_wait(struct rules_job *j, struct lb_error *err)
-{
-	if (!j->started)
-		return 0;
-	pthread_join(j->thread, NULL);
-	j->started = false;
-	if (j->r < 0)
-		*err = j->err;
-	return j->r;
-}
-
 int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_tier t, struct lb_net_info *ret_info,
 		  struct lb_error *err)
 {
@@ -646,16 +613,6 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	ip_str(gw, gw_s);
 	ip_str(addr, addr_s);
 	int ifindex = 0;
-	pthread_mutex_lock(&ctx->lock);
-	bool with_device = t == LB_TIER_WEB && ctx->offload;
-	pthread_mutex_unlock(&ctx->lock);
-	/* The rules do not wait for the veth (half the attach's time is nft's): a thread of their own, unless the
-	 * flowtable needs the veth in their transaction, or no thread could start (then they load after the veth). */
-	struct rules_job job = { .ctx = ctx, .slot = slot, .tier = t, .name = name };
-	if (!with_device)
-		job.started = pthread_create(&job.thread, NULL, rules_job_main, &job) == 0;
-	bool rules_pending = !job.started;
-
 	uint8_t host_mac[6], sb_mac[6], gw6[16], addr6[16];
 	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
 	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
@@ -687,9 +644,10 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 		r = lb_veth_add_neighbour6(ifindex, addr6, sb_mac, err);
 	if (r < 0)
 		goto fail;
-	r = rules_job_wait(&job, err);
-	if (r == 0 && rules_pending)
-		r = load_slot_rules(ctx, slot, t, name, with_device, err);
+	pthread_mutex_lock(&ctx->lock);
+	bool with_device = t == LB_TIER_WEB && ctx->offload;
+	pthread_mutex_unlock(&ctx->lock);
+	r = load_slot_rules(ctx, slot, t, name, with_device, err);
 	if (r < 0)
 		goto fail;
 	pthread_mutex_lock(&ctx->lock);
@@ -714,10 +672,6 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	}
 	return 0;
 fail:
-	if (job.started) { /* the veth failed: the rules' thread ends before its rules are removed with the slot */
-		struct lb_error ignored_rules;
-		rules_job_wait(&job, &ignored_rules);
-	}
 	lb_error_wrap(err, "attaching sandbox %s to tier %s", name, lb_tier_name(t));
 	struct lb_error ignored;
 	if (teardown_slot(ctx, slot, &ignored) < 0) {
