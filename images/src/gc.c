@@ -8,7 +8,7 @@
  * (names first, then the tree renamed into tmp/ and deleted), so a sandbox being created concurrently either finds
  * the complete image or none. Pulled blobs (layout/blobs/sha256) are kept while any remaining image lists them in
  * its image.json "blobs"; other files there (unwanted blobs, a resumable .partial, a killed pull's temporary
- * .<hex>.<writer>) go once they are 10 minutes old.
+ * .<hex>.<writer>) go once they are 10 minutes old, as do names/.tmp-* links a killed import or tag left.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -73,6 +73,25 @@ static int add_wanted(struct lb_images *s, const char *hex, char (**set)[65], si
 static int cmp65(const void *a, const void *b)
 {
 	return strcmp(a, b);
+}
+
+/* names/.tmp-<writer> links (store.c's set_name) left by an import or tag killed between making the link and
+ * renaming it over the name: removed once older than the grace period (one being made now is never touched). */
+static void remove_stale_name_links(struct lb_images *s, int64_t now)
+{
+	_cleanup_close_ int nfd = openat(s->rootfd, "names", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = nfd >= 0 ? fdopendir(dup(nfd)) : NULL;
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		struct stat st;
+		if (strncmp(de->d_name, ".tmp-", 5) != 0 || fstatat(nfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISLNK(st.st_mode) || now - st.st_mtim.tv_sec < BLOB_GRACE_SECONDS)
+			continue;
+		unlinkat(nfd, de->d_name, 0);
+	}
+	closedir(d);
 }
 
 int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
@@ -145,6 +164,7 @@ int lb_image_gc(struct lb_images *s, uint64_t max_idle_seconds,
 		}
 		closedir(bd);
 	}
+	remove_stale_name_links(s, now);
 	r = 0;
 	if (ret_removed)
 		*ret_removed = removed;

@@ -446,12 +446,19 @@ def test_gc_removes_unwanted_pulled_blobs(plain, tmp_path):
     old = time.time() - 3600
     for n in names + [abandoned]:
         os.utime(blobs / n, (old, old))
+    # and an import or tag killed between making its temporary name link and renaming it
+    links = store / "names"
+    os.symlink("../images/" + "0" * 64, links / ".tmp-1234-1234-1")
+    os.symlink("../images/" + "0" * 64, links / ".tmp-1235-1235-2")
+    os.utime(links / ".tmp-1234-1234-1", (old, old), follow_symlinks=False)
     tool = [TOOL, "--root", str(store)]
     assert subprocess.run(tool + ["pin", f"{plain.host}/gcme:1"]).returncode == 0
     subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.DEVNULL)
-    # a pinned image keeps its blobs; the abandoned temporary blob goes, the fresh one stays
+    # a pinned image keeps its blobs; the abandoned temporary blob and name link go, the fresh ones stay
     assert sorted(os.listdir(blobs)) == sorted(names + [fresh])
     os.unlink(blobs / fresh)
+    assert [n for n in os.listdir(links) if n.startswith(".")] == [".tmp-1235-1235-2"]
+    os.unlink(links / ".tmp-1235-1235-2")
     assert subprocess.run(tool + ["unpin", f"{plain.host}/gcme:1"]).returncode == 0
     out = subprocess.run(tool + ["gc", "--older-than", "0"], check=True, stdout=subprocess.PIPE, text=True).stdout
     assert out.strip() == "removed 1 image(s)"
