@@ -214,6 +214,11 @@ bool lb_dns_cached(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t
  * it has left), else the upstream's, kept for next time. */
 int lb_upstream_lookup(struct lb_net *ctx, const char *name, uint16_t qtype, uint8_t (*addrs)[16], size_t max,
 		       size_t *ret_n, size_t *ret_dropped, int *ret_rcode, uint32_t *ret_ttl);
+/* The relay's lookup (RFC 8305's resolution): A and AAAA, each from the cache when fresh, the others asked at once
+ * on one socket; once one family has addresses, the other is waited for 50 ms more, then left (never an error: a
+ * family without answer has none). */
+void lb_upstream_lookup_both(struct lb_net *ctx, const char *name, uint8_t (*a4)[16], size_t max4, size_t *ret_n4,
+			     uint8_t (*a6)[16], size_t max6, size_t *ret_n6);
 
 /* ---- isolate.c ---- */
 

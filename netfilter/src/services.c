@@ -22,7 +22,8 @@
  *
  * Relay (TCP, ctx->relay_port, IPv4 and IPv6 on one socket): a `packages` sandbox's TCP 80/443 arrives here by
  * DNAT. The relay reads the first bytes (TLS ClientHello or HTTP request head; ≤ 16 KiB within 5 s), takes the SNI /
- * Host name, refuses names not on the list, resolves the name itself (A, and AAAA when sandboxes have IPv6 here),
+ * Host name, refuses names not on the list, resolves the name itself (A, and AAAA when sandboxes have IPv6 here, both
+ * at once: lb_upstream_lookup_both),
  * refuses denied answers, connects to the addresses it checked on the original port as happy eyeballs does (IPv6
  * first, the next attempt 250 ms later or when one fails) and then moves bytes both ways without looking at them
  * (pump(): copied or spliced; TLS is never terminated).
@@ -482,11 +483,10 @@ static size_t relay_candidates(struct lb_net *ctx, const char *name, uint16_t po
 	size_t n4 = 0, n6 = 0, dropped;
 	int rcode;
 	uint32_t ttl;
-	if (lb_upstream_lookup(ctx, name, LB_DNS_TYPE_A, a4, LB_ARRAY_SIZE(a4), &n4, &dropped, &rcode, &ttl) < 0)
+	if (ctx->ipv6)
+		lb_upstream_lookup_both(ctx, name, a4, LB_ARRAY_SIZE(a4), &n4, a6, LB_ARRAY_SIZE(a6), &n6);
+	else if (lb_upstream_lookup(ctx, name, LB_DNS_TYPE_A, a4, LB_ARRAY_SIZE(a4), &n4, &dropped, &rcode, &ttl) < 0)
 		n4 = 0;
-	if (!ctx->ipv6 ||
-	    lb_upstream_lookup(ctx, name, LB_DNS_TYPE_AAAA, a6, LB_ARRAY_SIZE(a6), &n6, &dropped, &rcode, &ttl) < 0)
-		n6 = 0;
 	/* A cached answer was checked when it came; one of its addresses may have become the host's own since. */
 	size_t k4 = 0, k6 = 0;
 	for (size_t i = 0; i < n4; i++) {

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -29,7 +30,8 @@ struct stub {
 };
 
 /* The stub's zone: a.example and short.example (TTL 1 s) have an address, local.example is the host's loopback,
- * zero.example has TTL 0, gone.example does not exist, broken.example fails; AAAA has no answer. */
+ * zero.example has TTL 0, gone.example does not exist, broken.example fails; AAAA has no answer, but for
+ * both.example (2001:db8::10) and mute.example, whose AAAA questions are never answered (a broken upstream). */
 static void *stub_main(void *arg)
 {
 	struct stub *s = arg;
@@ -44,13 +46,19 @@ static void *stub_main(void *arg)
 		if (lb_dns_parse_query(buf, (size_t)n, &q) < 0)
 			continue;
 		atomic_fetch_add(&s->queries, 1);
+		if (q.qtype == LB_DNS_TYPE_AAAA && strcmp(q.name, "mute.example") == 0)
+			continue;
 		uint8_t addr[1][16] = { { 0 } };
 		int rcode = LB_DNS_RCODE_NOERROR;
 		size_t count = 0;
 		uint32_t ttl = 60;
-		if (q.qtype == LB_DNS_TYPE_A &&
-		    (strcmp(q.name, "a.example") == 0 || strcmp(q.name, "short.example") == 0 ||
-		     strcmp(q.name, "zero.example") == 0)) {
+		if (q.qtype == LB_DNS_TYPE_AAAA && strcmp(q.name, "both.example") == 0) {
+			inet_pton(AF_INET6, "2001:db8::10", addr[0]);
+			count = 1;
+		} else if (q.qtype == LB_DNS_TYPE_A &&
+			   (strcmp(q.name, "a.example") == 0 || strcmp(q.name, "short.example") == 0 ||
+			    strcmp(q.name, "zero.example") == 0 || strcmp(q.name, "both.example") == 0 ||
+			    strcmp(q.name, "mute.example") == 0)) {
 			inet_pton(AF_INET, "192.0.2.10", addr[0]);
 			count = 1;
 			ttl = strcmp(q.name, "short.example") == 0 ? 1 : strcmp(q.name, "zero.example") == 0 ? 0 : 60;
@@ -209,6 +217,61 @@ static void failures_and_ttl_zero_are_not_kept(void **state)
 	    lb_dns_cached(&f->ctx, "nowhere.example", LB_DNS_TYPE_A, a.addrs, 16, &a.n, &a.dropped, &a.rcode, &a.ttl));
 }
 
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void the_relay_asks_both_families_at_once(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a4[4][16], a6[4][16];
+	size_t n4, n6;
+	lb_upstream_lookup_both(&f->ctx, "both.example", a4, 4, &n4, a6, 4, &n6);
+	assert_int_equal(n4, 1);
+	assert_int_equal(n6, 1);
+	assert_int_equal(asked(f), 2);
+	uint8_t want6[16];
+	inet_pton(AF_INET6, "2001:db8::10", want6);
+	assert_memory_equal(a6[0], want6, 16);
+	/* both kept: the next connection asks nothing */
+	lb_upstream_lookup_both(&f->ctx, "both.example", a4, 4, &n4, a6, 4, &n6);
+	assert_int_equal(n4 + n6, 2);
+	assert_int_equal(asked(f), 2);
+	/* what the sandbox's own lookup left in the cache is used too: A from the cache, AAAA asked */
+	struct answer a;
+	assert_int_equal(lookup(f, "a.example", LB_DNS_TYPE_A, &a), 0);
+	lb_upstream_lookup_both(&f->ctx, "a.example", a4, 4, &n4, a6, 4, &n6);
+	assert_int_equal(n4, 1);
+	assert_int_equal(n6, 0);
+	assert_int_equal(asked(f), 4);
+}
+
+static void an_unanswered_aaaa_costs_the_resolution_delay_only(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t a4[4][16], a6[4][16];
+	size_t n4, n6;
+	f->ctx.timeout_ms = 3000;
+	for (int i = 0; i < 2; i++) { /* the second time A is cached and AAAA asked again: the same bound */
+		uint64_t t0 = now_ms();
+		lb_upstream_lookup_both(&f->ctx, "mute.example", a4, 4, &n4, a6, 4, &n6);
+		uint64_t took = now_ms() - t0;
+		assert_int_equal(n4, 1);
+		assert_int_equal(n6, 0);
+		assert_true(took >= 40 && took < 2000); /* 50 ms after the A answer, not the 3 s timeout */
+	}
+	assert_int_equal(asked(f), 3);
+	/* a question asked alone still waits its whole timeout for an answer that never comes */
+	f->ctx.timeout_ms = 300;
+	struct answer a;
+	uint64_t t0 = now_ms();
+	assert_int_equal(lookup(f, "mute.example", LB_DNS_TYPE_AAAA, &a), -ETIMEDOUT);
+	assert_true(now_ms() - t0 >= 290);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,6 +279,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(an_answer_expires, setup, teardown),
 		cmocka_unit_test_setup_teardown(a_refused_answer_stays_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(failures_and_ttl_zero_are_not_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(the_relay_asks_both_families_at_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(an_unanswered_aaaa_costs_the_resolution_delay_only, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
