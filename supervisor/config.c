@@ -117,6 +117,9 @@ static const struct key_def keys[] = {
 	{ "relay_per_sandbox", K_U32, FN(relay_per_sandbox), 1, 256, "64",
 	  "connections one packages sandbox may have open through the relay (of 256 in all); more are reset and "
 	  "counted" },
+	{ "network_warm_slots", K_U32, FN(network_warm_slots), 0, 64, "4",
+	  "slots of each networked tier whose nftables rules stay loaded for the next sandbox of that tier (its "
+	  "network is then ~1 ms faster to attach); 0: loaded and removed with each sandbox" },
 	{ "dns_upstream", K_STRING, F(dns_upstream), 0, 0, "",
 	  "name server the resolver and relay ask (IPv4[:port]); empty: /etc/resolv.conf's first" },
 	{ "pull_missing_images", K_BOOL, FN(pull_missing_images), 0, 0, "off",

@@ -47,17 +47,18 @@ struct lbd_config {
 	uint32_t connection_timeout_seconds;
 	uint32_t uid_range_start; /* first host uid (and gid) handed to sandboxes */
 	uint32_t uid_range_count;
-	uint32_t timer_interval_ms; /* how often the idle/keep timers look */
-	uint64_t runs_keep_seconds; /* ledger rows older than this are deleted; 0: kept forever */
-	uint32_t runs_keep_max;	    /* at most this many ledger rows are kept, the newest; 0: no limit */
-	uint64_t body_memory_bytes; /* request bodies held in memory at once, over every connection */
-	bool networking;	    /* run netfilter/ (nftables table, resolver, relay) for packages and web */
-	char network_pool[32];	    /* IPv4 CIDR the sandboxes' /30s come from */
-	char network_pool6[48];	    /* IPv6 CIDR the web sandboxes' /126s come from, or "off" */
-	char dns_upstream[64];	    /* "" : the first nameserver of /etc/resolv.conf */
-	uint32_t services_uid;	    /* uid/gid of the resolver's and relay's processes; 0: lensboxd's threads */
-	uint32_t dns_per_sandbox;   /* resolver queries in flight per sandbox (fair shares) */
-	uint32_t relay_per_sandbox; /* relayed connections open per sandbox */
+	uint32_t timer_interval_ms;  /* how often the idle/keep timers look */
+	uint64_t runs_keep_seconds;  /* ledger rows older than this are deleted; 0: kept forever */
+	uint32_t runs_keep_max;	     /* at most this many ledger rows are kept, the newest; 0: no limit */
+	uint64_t body_memory_bytes;  /* request bodies held in memory at once, over every connection */
+	bool networking;	     /* run netfilter/ (nftables table, resolver, relay) for packages and web */
+	char network_pool[32];	     /* IPv4 CIDR the sandboxes' /30s come from */
+	char network_pool6[48];	     /* IPv6 CIDR the web sandboxes' /126s come from, or "off" */
+	char dns_upstream[64];	     /* "" : the first nameserver of /etc/resolv.conf */
+	uint32_t services_uid;	     /* uid/gid of the resolver's and relay's processes; 0: lensboxd's threads */
+	uint32_t dns_per_sandbox;    /* resolver queries in flight per sandbox (fair shares) */
+	uint32_t relay_per_sandbox;  /* relayed connections open per sandbox */
+	uint32_t network_warm_slots; /* per tier, kept loaded between sandboxes (lb_net_config.warm_slots) */
 
 	/* images: pulling and garbage collection */
 	bool pull_missing_images;	 /* a missing image is pulled before a sandbox is made from it */

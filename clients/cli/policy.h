@@ -152,7 +152,8 @@ struct lbc_drift {
 
 struct lbc_diff {
 	bool table_loaded;  /* false: no `inet lensbox` here (lensboxd not running, or networking off) */
-	unsigned sandboxes; /* per-sandbox rule sets found (sb<N>_*) */
+	unsigned sandboxes; /* per-sandbox rule sets found (sb<N>_*) connected by map elements */
+	unsigned warm;	    /* ... and without any: warm slots lensboxd keeps loaded for the next sandbox */
 	struct lbc_drift *v;
 	size_t n;
 };

@@ -274,11 +274,9 @@ static int nft_job_run(void *data, int fd)
 {
 	struct nft_job *job = data;
 	_cleanup_close_ int dfd = open(job->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	struct lb_nft_vars vars = { .services_uid = 999999999,
-				    .upstream = "192.0.2.53",
-				    .upstream_port = 53,
-				    .name = "check",
-				    .uplinks = "\"lo\"" };
+	struct lb_nft_vars vars = {
+		.services_uid = 999999999, .upstream = "192.0.2.53", .upstream_port = 53, .uplinks = "\"lo\""
+	};
 	if (dfd < 0 || lb_nft_vars_init(&vars, NULL, NULL, 0, 0) < 0)
 		return -EIO;
 	_cleanup_free_ char *tmpl[LB_NFT_TEMPLATE_COUNT] = { 0 };

@@ -421,6 +421,7 @@ static int cmd_diff(const struct lbc_policy_opts *o, const char *dir)
 		gkv(g, "dir", dir);
 		gkb(g, "table_loaded", d.table_loaded);
 		gki(g, "sandboxes", d.sandboxes);
+		gki(g, "warm_slots", d.warm);
 		gkb(g, "drift", d.n > 0);
 		gs(g, "differences");
 		yajl_gen_array_open(g);
@@ -446,7 +447,10 @@ static int cmd_diff(const struct lbc_policy_opts *o, const char *dir)
 			safe_puts(d.v[i].detail, stdout);
 			fputc('\n', stdout);
 		}
-		printf("inet lensbox (with %u sandboxes' rules) ", d.sandboxes);
+		if (d.warm)
+			printf("inet lensbox (with %u sandboxes' rules and %u warm slots') ", d.sandboxes, d.warm);
+		else
+			printf("inet lensbox (with %u sandboxes' rules) ", d.sandboxes);
 		if (d.n)
 			printf("differs from ");
 		else

@@ -237,9 +237,10 @@ static int listing_entries(const char *json, struct entries *e, bool *slots, str
 struct expect_job {
 	const char *dir;
 	const struct lbc_net_params *params;
-	const bool *slots; /* MAX_SLOTS */
-	const bool *web;   /* MAX_SLOTS: the slot's tier is web (else packages) */
-	bool offload;	   /* the live table has offload.nft's flowtable */
+	const bool *slots;     /* MAX_SLOTS */
+	const bool *web;       /* MAX_SLOTS: the slot's tier is web (else packages) */
+	const bool *connected; /* MAX_SLOTS: the slot has map elements (else it is warm: its objects only) */
+	bool offload;	       /* the live table has offload.nft's flowtable */
 };
 
 static int read_template(int dfd, enum lb_nft_template t, char **ret, struct lb_error *err)
@@ -261,7 +262,6 @@ static int expect_job_run(void *data, int fd)
 	_cleanup_free_ char *tmpl[LB_NFT_TEMPLATE_COUNT] = { 0 }, *denied = NULL, *text = NULL, *out = NULL;
 	struct lb_nft_vars v = { .services_uid = job->params->services_uid,
 				 .upstream_port = job->params->upstream_port,
-				 .name = "x",
 				 .uplinks = "\"lo\"" };
 	snprintf(v.upstream, sizeof(v.upstream), "%s", job->params->upstream);
 	struct lb_cidr_list dl = { 0 };
@@ -305,7 +305,12 @@ static int expect_job_run(void *data, int fd)
 		enum lb_nft_template t = job->web[s] ? LB_NFT_WEB : LB_NFT_PACKAGES;
 		_cleanup_free_ char *rules = NULL;
 		v.slot = s;
-		if (lb_nft_render(t, tmpl[t], &v, &rules, &e) < 0 || lb_nft_exec(rules, false, NULL, &e) < 0)
+		size_t head;
+		if (lb_nft_render(t, tmpl[t], &v, &rules, &e) < 0)
+			r = lb_error_wrap(&e, "rendering %s for slot %u", lb_nft_template_file(t), s);
+		else if (!job->connected[s] && lb_nft_split_elements(rules, NULL, NULL, &head) == 0)
+			rules[head] = '\0'; /* a warm slot (lensboxd's net.c): its objects, no element yet */
+		if (r == 0 && lb_nft_exec(rules, false, NULL, &e) < 0)
 			r = lb_error_wrap(&e, "loading %s for slot %u", lb_nft_template_file(t), s);
 	}
 	lb_cidr_list_free(&dl);
@@ -400,14 +405,18 @@ static int compare(struct entries *live, struct entries *want, const char *live_
 	return 0;
 }
 
-/* Which slots are web: the set sb<N>_tcp_ports exists only in web.nft. */
-static void slot_tiers(const struct entries *live, bool *web)
+/* Which slots are web (the set sb<N>_tcp_ports exists only in web.nft) and which are connected (an element of a
+ * verdict map jumps to one of their chains; a slot without is a warm one, kept loaded for the next sandbox). */
+static void slot_tiers(const struct entries *live, bool *web, bool *connected)
 {
 	for (size_t i = 0; i < live->n; i++) {
 		unsigned s;
 		const char *k = live->v[i].key;
 		if (strncmp(k, "set ", 4) == 0 && slot_of(k + 4, &s) && strstr(k + 4, "_tcp_ports"))
 			web[s] = true;
+		const char *target = strstr(live->v[i].canon ? live->v[i].canon : "", "\"sb");
+		if (strncmp(k, "element ", 8) == 0 && target && slot_of(target + 1, &s))
+			connected[s] = true;
 	}
 }
 
@@ -426,17 +435,20 @@ int lbc_policy_diff(const char *dir, const struct lbc_net_params *params, struct
 	if (r < 0)
 		return lb_error_wrap(err, "reading the live table inet lensbox");
 	d.table_loaded = true;
-	bool slots[MAX_SLOTS] = { 0 }, web[MAX_SLOTS] = { 0 }; /* 32 KiB */
+	bool slots[MAX_SLOTS] = { 0 }, web[MAX_SLOTS] = { 0 }, connected[MAX_SLOTS] = { 0 }; /* 48 KiB */
 	struct entries live = { 0 }, want = { 0 };
 	r = listing_entries(live_json, &live, slots, err);
 	if (r == 0) {
-		slot_tiers(&live, web);
-		for (unsigned s = 0; s < MAX_SLOTS; s++)
-			d.sandboxes += slots[s];
+		slot_tiers(&live, web, connected);
+		for (unsigned s = 0; s < MAX_SLOTS; s++) {
+			d.sandboxes += slots[s] && connected[s];
+			d.warm += slots[s] && !connected[s];
+		}
 		struct expect_job job = { .dir = dir,
 					  .params = params,
 					  .slots = slots,
 					  .web = web,
+					  .connected = connected,
 					  .offload = find(&live, "flowtable fastpath", NULL) != NULL };
 		size_t len;
 		r = lbc_in_throwaway_netns(expect_job_run, &job, LISTING_MAX, &want_json, &len, err);

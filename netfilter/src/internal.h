@@ -17,10 +17,14 @@
 #include "lb/netfilter.h"
 #include "lb/tier.h"
 #include "lb/netparse.h"
+#include "lb/nftpolicy.h"
 
 struct lb_slot {
 	bool used;
 	enum lb_tier tier;
+	enum lb_tier warm; /* !used: the tier whose objects (sb<N>_*) stay loaded for the next sandbox of that tier,
+			      without map elements or veth; LB_TIER_OFF when nothing of the slot is loaded */
+	bool flowdev;	   /* its veth was added to the flowtable at attach */
 	char name[64];
 	int host_ifindex;
 	unsigned dns_inflight; /* this sandbox's share of the services' bounds, so one cannot starve others */
@@ -90,6 +94,7 @@ struct lb_net {
 	uint32_t timeout_ms;
 	uint32_t dns_per_sandbox, relay_per_sandbox; /* each sandbox's share of the services' bounds */
 	uint32_t veth_gso_max;			     /* cfg->veth_gso_max or its default */
+	unsigned warm_slots;			     /* cfg->warm_slots: kept per tier (0: none) */
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
 	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */
@@ -128,6 +133,13 @@ int lb_nft_remove_slot(unsigned slot, struct lb_error *err);
  * n bools). */
 int lb_nft_slots_present(bool *present, size_t n, struct lb_nft_shape *ret_shape, struct lb_error *err);
 int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err);
+
+/* ---- nftlink.c: libnftnl, straight to the kernel (no libnftables cache) ---- */
+
+/* Adds (add) or removes the n elements (n <= LB_NFT_MAX_ELEMENTS) of lensbox's verdict maps in one transaction. */
+int lb_nftlink_elements(bool add, const struct lb_nft_element *els, size_t n, struct lb_error *err);
+/* Reads the packet count of lensbox's counter name (reset: and zeroes it, in the same step). */
+int lb_nftlink_counter(const char *name, bool reset, uint64_t *ret_packets, struct lb_error *err);
 /* The flowtable's name (offload.nft) and the command adding (add=true) or removing ifname from its devices. */
 #define LB_NFT_FLOWTABLE "fastpath"
 int lb_nft_flowtable_device_cmd(bool add, const char *ifname, char **ret, struct lb_error *err);

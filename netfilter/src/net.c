@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -40,6 +41,9 @@
 extern char **environ;
 
 #define MAX_SLOTS 16384
+
+static void fill_warm(struct lb_net *ctx, unsigned max_new);
+static void forget_warm(struct lb_net *ctx);
 
 static int read_policy_file(const char *dir, const char *name, char **ret, struct lb_error *err)
 {
@@ -364,6 +368,13 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 				  LB_NET_RELAY_CONNS_MAX);
 		goto fail;
 	}
+	ctx->warm_slots = cfg->warm_slots;
+	if (ctx->warm_slots > LB_NET_MAX_WARM_SLOTS || 2 * (size_t)ctx->warm_slots > ctx->n_slots / 2) {
+		r = lb_error_setx(err, EINVAL,
+				  "warm_slots %u: expected 0..%d, and at most a quarter of the pool per tier",
+				  ctx->warm_slots, LB_NET_MAX_WARM_SLOTS);
+		goto fail;
+	}
 	ctx->veth_gso_max = cfg->veth_gso_max ? cfg->veth_gso_max : LB_NET_DEFAULT_VETH_GSO_MAX;
 	if (ctx->veth_gso_max < 65536 || ctx->veth_gso_max > LB_NET_MAX_VETH_GSO_MAX) {
 		r = lb_error_setx(err, EINVAL, "veth_gso_max %u: expected 65536..%u", ctx->veth_gso_max,
@@ -443,6 +454,7 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 	r = lb_veth_list(mark_existing, ctx, err);
 	if (r < 0)
 		goto fail;
+	fill_warm(ctx, UINT_MAX);
 	if (cfg->services_uid) {
 		r = lb_services_spawn_isolated(ctx, cfg->services_uid, cfg->services_uid, err);
 		if (r < 0)
@@ -499,11 +511,34 @@ static void slot_ifname(unsigned slot, char buf[16])
 	snprintf(buf, 16, LB_NET_IFPREFIX "%u", slot);
 }
 
-/* Removes everything of slot (rules, then veth) and frees it. Errors other than "absent" are reported. */
-static int teardown_slot(struct lb_net *ctx, unsigned slot, struct lb_error *err)
+static unsigned warm_count_locked(const struct lb_net *ctx, enum lb_tier t)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		n += !ctx->slots[i].used && ctx->slots[i].warm == t;
+	return n;
+}
+
+static int slot_elements(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_nft_element *els, size_t *n,
+			 struct lb_error *err);
+static int disconnect_to_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool flowdev, struct lb_error *err);
+
+/* Removes everything of slot (rules, then veth) and frees it; or, with keep_warm when its tier has fewer warm slots
+ * than configured, removes its map elements and veth and keeps its objects loaded for the next sandbox of the tier.
+ * Errors other than "absent" are reported. */
+static int teardown_slot(struct lb_net *ctx, unsigned slot, bool keep_warm, struct lb_error *err)
 {
 	atomic_store(&ctx->shared[slot].tier, LB_TIER_OFF); /* the services refuse it from now on */
 	atomic_store(&ctx->shared[slot].ipv6, false);
+	pthread_mutex_lock(&ctx->lock);
+	enum lb_tier t = ctx->slots[slot].tier;
+	bool flowdev = ctx->slots[slot].flowdev;
+	bool to_warm = keep_warm && t != LB_TIER_OFF && warm_count_locked(ctx, t) < ctx->warm_slots;
+	pthread_mutex_unlock(&ctx->lock);
+	struct lb_error werr;
+	if (to_warm && disconnect_to_warm(ctx, slot, t, flowdev, &werr) == 0)
+		return 0;
+	/* not kept (or disconnecting failed half-way): everything of the slot goes, as without warm slots */
 	int r = lb_nft_remove_slot(slot, err);
 	if (r < 0)
 		return r;
@@ -529,21 +564,25 @@ static int find_slot_locked(struct lb_net *ctx, const char *name)
 	return -ENOENT;
 }
 
+/* The tier's rules for slot, rendered (its objects, then the `add element` lines that connect it). */
+static int render_slot(struct lb_net *ctx, unsigned slot, enum lb_tier t, char **ret, struct lb_error *err)
+{
+	struct lb_nft_vars vars;
+	ctx_vars(ctx, &vars);
+	vars.slot = slot;
+	return lb_nft_render(t == LB_TIER_WEB ? LB_NFT_WEB : LB_NFT_PACKAGES,
+			     t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, &vars, ret, err);
+}
+
 /* Loads the tier's rules for slot in one nft transaction, with slot's veth in the flowtable when with_device (web,
  * offload on: the veth must exist by then). */
-static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, const char *name, bool with_device,
-			   struct lb_error *err)
+static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool with_device, struct lb_error *err)
 {
 	const char *tier = lb_tier_name(t);
 	char ifname[16];
 	slot_ifname(slot, ifname);
-	struct lb_nft_vars vars;
-	ctx_vars(ctx, &vars);
-	vars.slot = slot;
-	vars.name = name;
 	_cleanup_free_ char *rules = NULL, *device = NULL, *all = NULL;
-	int r = lb_nft_render(t == LB_TIER_WEB ? LB_NFT_WEB : LB_NFT_PACKAGES,
-			      t == LB_TIER_WEB ? ctx->web_template : ctx->packages_template, &vars, &rules, err);
+	int r = render_slot(ctx, slot, t, &rules, err);
 	if (r < 0)
 		return r;
 	/* A web sandbox's veth joins the flowtable in the same transaction as its rules (offload.nft says why only
@@ -563,6 +602,132 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, co
 	}
 	if (r < 0)
 		return lb_error_wrap(err, "loading network/%s.nft", tier);
+	return 0;
+}
+
+/* The `add element` lines of slot's rules, parsed (nftpolicy.c checks that nothing else follows the objects). */
+static int slot_elements(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_nft_element *els, size_t *n,
+			 struct lb_error *err)
+{
+	_cleanup_free_ char *rules = NULL;
+	int r = render_slot(ctx, slot, t, &rules, err);
+	if (r < 0)
+		return r;
+	if (lb_nft_split_elements(rules, els, n, NULL) < 0)
+		return lb_error_setx(err, EINVAL,
+				     "network/%s.nft: expected the table block, then only lines `add element inet "
+				     "lensbox MAP { \"KEY\" : jump CHAIN }`",
+				     lb_tier_name(t));
+	return 0;
+}
+
+/* Loads slot's objects for tier t without its map elements: nothing reaches them until a sandbox is connected. */
+static int warm_up(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_error *err)
+{
+	_cleanup_free_ char *rules = NULL;
+	size_t head = 0;
+	int r = render_slot(ctx, slot, t, &rules, err);
+	if (r < 0)
+		return r;
+	if (lb_nft_split_elements(rules, NULL, NULL, &head) < 0)
+		return lb_error_setx(err, EINVAL, "network/%s.nft: no `add element` lines after the table block",
+				     lb_tier_name(t));
+	rules[head] = '\0';
+	r = lb_nft_run(rules, NULL, err);
+	if (r < 0)
+		return lb_error_wrap(err, "loading network/%s.nft for a warm slot", lb_tier_name(t));
+	return 0;
+}
+
+/* Prepares warm slots, up to ctx->warm_slots per tier and at most max_new of them now (each is one libnftables
+ * transaction, about a millisecond). Taken from the top of the pool, where attaches of cold slots (from the bottom)
+ * reach last. Best effort: a slot that fails is removed again, and an attach without a warm slot loads everything
+ * as it would without them. */
+static void fill_warm(struct lb_net *ctx, unsigned max_new)
+{
+	static const enum lb_tier tiers[] = { LB_TIER_WEB, LB_TIER_PACKAGES };
+	unsigned made = 0;
+	for (size_t k = 0; k < LB_ARRAY_SIZE(tiers); k++) {
+		while (made < max_new) {
+			long slot = -1;
+			pthread_mutex_lock(&ctx->lock);
+			if (warm_count_locked(ctx, tiers[k]) < ctx->warm_slots)
+				for (size_t i = ctx->n_slots; i-- > 0;)
+					if (!ctx->slots[i].used && ctx->slots[i].warm == LB_TIER_OFF) {
+						slot = (long)i;
+						break;
+					}
+			if (slot >= 0)
+				ctx->slots[slot].used = true; /* reserved while its objects load */
+			pthread_mutex_unlock(&ctx->lock);
+			if (slot < 0)
+				break;
+			struct lb_error e;
+			int r = warm_up(ctx, (unsigned)slot, tiers[k], &e);
+			if (r < 0)
+				(void)lb_nft_remove_slot((unsigned)slot, &e);
+			pthread_mutex_lock(&ctx->lock);
+			ctx->slots[slot] = (struct lb_slot){ .warm = r == 0 ? tiers[k] : LB_TIER_OFF };
+			pthread_mutex_unlock(&ctx->lock);
+			if (r < 0)
+				return;
+			made++;
+		}
+	}
+}
+
+/* Connects a warm slot's objects to its new sandbox: its refusal counter zeroed (the last sandbox's refusals are
+ * not this one's), its veth in the flowtable when with_device, then its four map elements in one transaction. */
+static int connect_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool with_device, struct lb_error *err)
+{
+	struct lb_nft_element els[LB_NFT_MAX_ELEMENTS];
+	size_t n = 0;
+	int r = slot_elements(ctx, slot, t, els, &n, err);
+	if (r < 0)
+		return r;
+	char counter[32], ifname[16];
+	snprintf(counter, sizeof(counter), "sb%u_blocked", slot);
+	uint64_t before;
+	r = lb_nftlink_counter(counter, true, &before, err);
+	if (r == 0 && with_device) {
+		_cleanup_free_ char *cmd = NULL;
+		slot_ifname(slot, ifname);
+		r = lb_nft_flowtable_device_cmd(true, ifname, &cmd, err);
+		if (r == 0)
+			r = lb_nft_run(cmd, NULL, err);
+	}
+	if (r == 0)
+		r = lb_nftlink_elements(true, els, n, err);
+	return r;
+}
+
+/* The other way: map elements first (nothing of the sandbox's reaches the chains from then on), the flowtable
+ * device, then the veth; the objects stay, the slot becomes warm for tier t. */
+static int disconnect_to_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool flowdev, struct lb_error *err)
+{
+	struct lb_nft_element els[LB_NFT_MAX_ELEMENTS];
+	size_t n = 0;
+	char ifname[16];
+	slot_ifname(slot, ifname);
+	int r = slot_elements(ctx, slot, t, els, &n, err);
+	if (r == 0)
+		r = lb_nftlink_elements(false, els, n, err);
+	if (r == 0 && flowdev) {
+		_cleanup_free_ char *cmd = NULL;
+		r = lb_nft_flowtable_device_cmd(false, ifname, &cmd, err);
+		if (r == 0)
+			r = lb_nft_run(cmd, NULL, err);
+	}
+	if (r == 0) {
+		r = lb_veth_delete(ifname, err);
+		if (r == -ENODEV)
+			r = 0;
+	}
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&ctx->lock);
+	ctx->slots[slot] = (struct lb_slot){ .warm = t };
+	pthread_mutex_unlock(&ctx->lock);
 	return 0;
 }
 
@@ -588,13 +753,19 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 		return 0;
 	}
 
+	/* A warm slot of this tier first; else a cold one; else one kept warm for the other tier, emptied first. */
 	pthread_mutex_lock(&ctx->lock);
 	unsigned slot = 0;
-	bool found = false;
-	for (size_t i = 0; i < ctx->n_slots; i++)
-		if (!ctx->slots[i].used) {
+	bool found = false, warm = false, other = false;
+	for (int pass = 0; pass < 3 && !found; pass++)
+		for (size_t i = 0; i < ctx->n_slots; i++) {
+			const struct lb_slot *s = &ctx->slots[i];
+			if (s->used || (pass == 0 && s->warm != t) || (pass == 1 && s->warm != LB_TIER_OFF))
+				continue;
 			slot = (unsigned)i;
 			found = true;
+			warm = pass == 0;
+			other = pass == 2;
 			break;
 		}
 	if (found) {
@@ -613,6 +784,11 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	ip_str(gw, gw_s);
 	ip_str(addr, addr_s);
 	int ifindex = 0;
+	if (other) {
+		r = lb_nft_remove_slot(slot, err);
+		if (r < 0)
+			goto fail;
+	}
 	uint8_t host_mac[6], sb_mac[6], gw6[16], addr6[16];
 	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
 	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
@@ -647,11 +823,19 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	pthread_mutex_lock(&ctx->lock);
 	bool with_device = t == LB_TIER_WEB && ctx->offload;
 	pthread_mutex_unlock(&ctx->lock);
-	r = load_slot_rules(ctx, slot, t, name, with_device, err);
+	if (warm && connect_warm(ctx, slot, t, with_device, err) == 0) {
+		r = 0;
+	} else {
+		/* cold, or the warm slot's objects were changed or removed meanwhile: load them whole */
+		if (warm)
+			(void)lb_nft_remove_slot(slot, err);
+		r = load_slot_rules(ctx, slot, t, with_device, err);
+	}
 	if (r < 0)
 		goto fail;
 	pthread_mutex_lock(&ctx->lock);
 	ctx->slots[slot].tier = t;
+	ctx->slots[slot].flowdev = with_device;
 	ctx->slots[slot].host_ifindex = ifindex;
 	pthread_mutex_unlock(&ctx->lock);
 	atomic_store(&ctx->shared[slot].refusals, 0);
@@ -674,7 +858,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 fail:
 	lb_error_wrap(err, "attaching sandbox %s to tier %s", name, lb_tier_name(t));
 	struct lb_error ignored;
-	if (teardown_slot(ctx, slot, &ignored) < 0) {
+	if (teardown_slot(ctx, slot, false, &ignored) < 0) {
 		/* keep the slot marked: reconciliation will retry; never hand out a half-removed subnet */
 	}
 	return r;
@@ -687,7 +871,7 @@ int lb_net_detach(struct lb_net *ctx, const char *name, struct lb_error *err)
 	pthread_mutex_unlock(&ctx->lock);
 	if (slot < 0)
 		return lb_error_setx(err, ENOENT, "sandbox %.64s has no network attached", name);
-	int r = teardown_slot(ctx, (unsigned)slot, err);
+	int r = teardown_slot(ctx, (unsigned)slot, true, err);
 	if (r < 0)
 		return lb_error_wrap(err, "detaching sandbox %s", name);
 	return 0;
@@ -706,18 +890,19 @@ int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_know
 	for (size_t i = 0; i < ctx->n_slots; i++) {
 		pthread_mutex_lock(&ctx->lock);
 		bool used = ctx->slots[i].used;
+		bool warm = ctx->slots[i].warm != LB_TIER_OFF;
 		char name[64];
 		memcpy(name, ctx->slots[i].name, sizeof(name));
 		pthread_mutex_unlock(&ctx->lock);
-		if (!used && !present[i])
-			continue;
+		if (!used && (warm || !present[i]))
+			continue; /* free, or kept warm by this process */
 		bool keep = false;
 		for (size_t k = 0; used && name[0] && k < n_known; k++)
 			if (strcmp(known[k], name) == 0)
 				keep = true;
 		if (keep)
 			continue;
-		r = teardown_slot(ctx, (unsigned)i, err);
+		r = teardown_slot(ctx, (unsigned)i, false, err);
 		if (r < 0)
 			return lb_error_wrap(err, "reconciling the network");
 		removed++;
@@ -770,6 +955,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 		r = load_base(ctx, err);
 		if (r < 0)
 			return lb_error_wrap(err, "reloading lensbox's table");
+		forget_warm(ctx); /* the new table has none of their objects */
 		load_offload(ctx);
 		record_base_shape(ctx);
 	}
@@ -786,7 +972,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 		pthread_mutex_unlock(&ctx->lock);
 		r = lb_nft_remove_slot((unsigned)i, err);
 		if (r == 0)
-			r = load_slot_rules(ctx, (unsigned)i, t, name, with_device, err);
+			r = load_slot_rules(ctx, (unsigned)i, t, with_device, err);
 		if (r < 0)
 			return lb_error_wrap(err, "reloading the rules of sandbox %s", name); /* its link stays down */
 		slot_ifname((unsigned)i, ifname);
@@ -799,6 +985,16 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 	return 0;
 }
 
+/* After the table was replaced or deleted: no slot is warm any more. */
+static void forget_warm(struct lb_net *ctx)
+{
+	pthread_mutex_lock(&ctx->lock);
+	for (size_t i = 0; i < ctx->n_slots; i++)
+		if (!ctx->slots[i].used)
+			ctx->slots[i].warm = LB_TIER_OFF;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *err)
 {
 	/* present[i]: slot i has objects in the table; broken[i]: it is attached and they are missing */
@@ -808,6 +1004,8 @@ int lb_net_verify(struct lb_net *ctx, unsigned *ret_repaired, struct lb_error *e
 	bool *broken = present + ctx->n_slots;
 	int r = verify_with(ctx, present, broken, ret_repaired, err);
 	free(present);
+	if (r == 0)
+		fill_warm(ctx, 1); /* the ones attaches took, one per check, so a check stays short */
 	return r;
 }
 
@@ -822,6 +1020,7 @@ int lb_net_unload(struct lb_net *ctx, struct lb_error *err)
 		*err = e2;
 		return r;
 	}
+	forget_warm(ctx);
 	return 0;
 }
 
@@ -866,9 +1065,10 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	uint64_t fwd = 0;
 	h->ip_forward = lb_read_u64_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_forward", &fwd) == 0 && fwd == 1;
 	pthread_mutex_lock(&ctx->lock);
-	for (size_t i = 0; i < ctx->n_slots; i++)
-		if (ctx->slots[i].used)
-			h->sandboxes++;
+	for (size_t i = 0; i < ctx->n_slots; i++) {
+		h->sandboxes += ctx->slots[i].used;
+		h->warm_slots += !ctx->slots[i].used && ctx->slots[i].warm != LB_TIER_OFF;
+	}
 	pthread_mutex_unlock(&ctx->lock);
 	char a[16];
 	inet_ntop(AF_INET, &ctx->upstream.sin_addr, a, sizeof(a));

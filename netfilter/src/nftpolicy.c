@@ -4,9 +4,10 @@
  * templates and to rebuild the table lensboxd should have loaded.
  *
  * Pure functions: no privilege, no netlink, no logging. Every value put into rule text is generated here from
- * numbers and addresses, or is a name the caller validated (NAME, only ever inside a comment) or the uplinks'
- * interface names (UPLINKS, from rtnetlink); nothing from a sandbox is parsed by nft. A slot's addresses are its /30
- * of the IPv4 pool and its /126 of the IPv6 pool, both at offset 4 * slot (gateway + 1, sandbox + 2).
+ * numbers and addresses, or is the uplinks' interface names (UPLINKS, from rtnetlink); nothing from a sandbox is
+ * parsed by nft, and a slot's rules name no sandbox (so they can stay loaded from one sandbox to the next). A slot's
+ * addresses are its /30 of the IPv4 pool and its /126 of the IPv6 pool, both at offset 4 * slot (gateway + 1,
+ * sandbox + 2).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,7 +20,7 @@
 #include "lb/nftpolicy.h"
 
 static const char *const base_words[] = { "POOL4", "POOL6", "RESOLVER_PORT", "RELAY_PORT" };
-static const char *const tier_words[] = { "SB",		"IFACE",	 "ADDR",  "GATEWAY", "NAME", "RESOLVER_PORT",
+static const char *const tier_words[] = { "SB",		"IFACE",	 "ADDR",  "GATEWAY", "RESOLVER_PORT",
 					  "RELAY_PORT", "RESOLVER_ADDR", "ADDR6", "GATEWAY6" };
 static const char *const offload_words[] = { "UPLINKS" };
 static const char *const services_words[] = { "SERVICES_UID", "UPSTREAM", "UPSTREAM_PORT", "RESOLVER_PORT",
@@ -129,8 +130,7 @@ int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_
 	snprintf(upport, sizeof(upport), "%u", v->upstream_port);
 	/* in the order of the word tables above */
 	const char *base_vals[] = { v->pool, v->pool6, rport, lport };
-	const char *tier_vals[] = { sb,	   ifname, addr, gw, v->name ? v->name : "", rport, lport, LB_NET_RESOLVER_ADDR,
-				    addr6, gw6 };
+	const char *tier_vals[] = { sb, ifname, addr, gw, rport, lport, LB_NET_RESOLVER_ADDR, addr6, gw6 };
 	const char *offload_vals[] = { v->uplinks ? v->uplinks : "" };
 	const char *services_vals[] = { uid, v->upstream, upport, rport, lport };
 	const char *const *vals = t == LB_NFT_BASE			    ? base_vals
@@ -207,5 +207,69 @@ int lb_nft_render_denied(const struct lb_cidr_list *denied, char **ret, struct l
 		     l6 ? "add element inet lensbox denied6 { " : "", v6, l6 ? " }\n" : "") < 0)
 		return lb_error_set(err, ENOMEM, "building the denied sets");
 	*ret = out;
+	return 0;
+}
+
+/* "add element inet lensbox MAP { "KEY" : jump CHAIN }" and nothing else on the line: names of letters, digits and
+ * '_' (the renderer made them; anything else means the template says something this parser does not know). */
+static bool name_ok(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n >= max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return false;
+	return true;
+}
+
+static int parse_element(const char *line, size_t len, struct lb_nft_element *e)
+{
+	char text[192], map[32], key[16], chain[64];
+	int end = -1;
+	if (len >= sizeof(text))
+		return -EINVAL;
+	memcpy(text, line, len);
+	text[len] = '\0';
+	if (sscanf(text, "add element inet lensbox %31s { \"%15[^\"]\" : jump %63s }%n", map, key, chain, &end) != 3 ||
+	    end < 0 || text[end] != '\0' || !name_ok(map, sizeof(map)) || !name_ok(key, sizeof(key)) ||
+	    !name_ok(chain, sizeof(chain)))
+		return -EINVAL;
+	snprintf(e->map, sizeof(e->map), "%s", map);
+	snprintf(e->key, sizeof(e->key), "%s", key);
+	snprintf(e->chain, sizeof(e->chain), "%s", chain);
+	return 0;
+}
+
+int lb_nft_split_elements(const char *rendered, struct lb_nft_element *els, size_t *ret_n, size_t *ret_head_len)
+{
+	const char *first = NULL;
+	for (const char *p = rendered; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, "add element ", 12) == 0) {
+			first = p;
+			break;
+		}
+	if (!first)
+		return -EINVAL;
+	size_t n = 0;
+	for (const char *p = first; *p;) {
+		size_t len = strcspn(p, "\n");
+		bool blank = strspn(p, " \t") == len;
+		if (p[0] != '#' && !blank) {
+			struct lb_nft_element e;
+			if (n == LB_NFT_MAX_ELEMENTS || parse_element(p, len, &e) < 0)
+				return -EINVAL;
+			if (els)
+				els[n] = e;
+			n++;
+		}
+		p += len;
+		if (*p == '\n')
+			p++;
+	}
+	if (ret_n)
+		*ret_n = n;
+	if (ret_head_len)
+		*ret_head_len = (size_t)(first - rendered);
 	return 0;
 }

@@ -399,25 +399,10 @@ int lb_nft_slots_present(bool *present, size_t n, struct lb_nft_shape *ret_shape
 
 int lb_nft_counter_packets(unsigned slot, uint64_t *ret, struct lb_error *err)
 {
-	char cmd[96];
-	snprintf(cmd, sizeof(cmd), "list counter inet lensbox sb%u_blocked", slot);
-	char *out = NULL;
-	int r = run(cmd, true, &out, err);
-	if (r < 0)
-		return r;
-	char ebuf[128];
-	__attribute__((cleanup(yajl_freep))) yajl_val root = yajl_tree_parse(out, ebuf, sizeof(ebuf));
-	free(out);
-	yajl_val arr = obj_get(root, "nftables");
-	for (size_t i = 0; YAJL_IS_ARRAY(arr) && i < arr->u.array.len; i++) {
-		yajl_val c = obj_get(arr->u.array.values[i], "counter");
-		yajl_val pk = obj_get(c, "packets");
-		if (YAJL_IS_INTEGER(pk)) {
-			*ret = (uint64_t)YAJL_GET_INTEGER(pk);
-			return 0;
-		}
-	}
-	return lb_error_setx(err, EBADMSG, "no packet count in nft's answer for sb%u_blocked", slot);
+	/* read straight from the kernel (nftlink.c): libnftables would fetch the whole table's cache for it */
+	char name[32];
+	snprintf(name, sizeof(name), "sb%u_blocked", slot);
+	return lb_nftlink_counter(name, false, ret, err);
 }
 
 int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t size)

@@ -9,8 +9,8 @@
  *                                   "-" for what the tier has not: IPv6 is web's only)
  *   detach NAME | blocked NAME      ok | ok COUNT
  *   reconcile [KNOWN_NAME...]       ok REMOVED
- *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=.. ... offload=0|1
- *                                   offload_why="..." (the flowtable of offload.nft, and why it is off)
+ *   health                          ok table=.. ip_forward=.. foreign_forward_drop=.. sandboxes=.. ... warm_slots=N
+ *                                   offload=0|1 offload_why="..." (the flowtable of offload.nft, and why it is off)
  *   verify                          ok REPAIRED   (reloads what another tool flushed)
  *   uplinks                         ok ADDED      (follows the default route to a new interface)
  *   unload | quit
@@ -204,7 +204,7 @@ static void usage(void)
 			"                         [--resolver-port N]\n"
 			"                         [--relay-port N] [--package HOST]... [--npm] [--services-uid UID]\n"
 			"                         [--veth-gso-max BYTES] [--no-offload] [--dns-per-sandbox N]\n"
-			"                         [--relay-per-sandbox N]\n"
+			"                         [--relay-per-sandbox N] [--warm-slots N]\n"
 			"       lensbox-net npm-registry\n");
 }
 
@@ -266,12 +266,14 @@ static void handle(struct lb_net *ctx, char *line, bool *quit)
 		       "uplinks=\"%s\" forward=\"%s\" input=\"%s\" npm=\"%s\" services_isolated=%d "
 		       "services_alive=%d services_supervised=%d services_pid=%u services_worker_pid=%u "
 		       "services_restarts=%u services_landlock_abi=%d services_keeper_pid=%u "
-		       "services_supervisor_restarts=%u services_crash_loop=%d offload=%d offload_why=\"%s\"\n",
+		       "services_supervisor_restarts=%u services_crash_loop=%d warm_slots=%u offload=%d "
+		       "offload_why=\"%s\"\n",
 		       h.table_loaded, h.ip_forward, h.foreign_forward_drop, h.sandboxes, h.dns_upstream,
 		       h.n_package_names, h.uplinks, h.foreign_forward, h.foreign_input, h.npm_registry,
 		       h.services_isolated, h.services_alive, h.services_supervised, h.services_pid,
 		       h.services_worker_pid, h.services_restarts, h.services_landlock_abi, h.services_keeper_pid,
-		       h.services_supervisor_restarts, h.services_crash_loop, h.flow_offload, h.flow_offload_why);
+		       h.services_supervisor_restarts, h.services_crash_loop, h.warm_slots, h.flow_offload,
+		       h.flow_offload_why);
 	} else if (strcmp(cmd, "unload") == 0 && n == 1) {
 		if (lb_net_unload(ctx, &err) < 0)
 			return reply_err("unload", &err);
@@ -326,6 +328,7 @@ int main(int argc, char **argv)
 		{ "no-offload", no_argument, NULL, 'o' },
 		{ "dns-per-sandbox", required_argument, NULL, 'D' },
 		{ "relay-per-sandbox", required_argument, NULL, 'R' },
+		{ "warm-slots", required_argument, NULL, 'w' },
 		{ 0 },
 	};
 	int c;
@@ -371,6 +374,9 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			cfg.relay_per_sandbox = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'w':
+			cfg.warm_slots = (unsigned)strtoul(optarg, NULL, 10);
 			break;
 		default:
 			usage();

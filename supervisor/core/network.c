@@ -35,6 +35,7 @@ void lbd_network_start(struct lbd *d)
 		.services_uid = d->cfg.services_uid,
 		.dns_per_sandbox = d->cfg.dns_per_sandbox,
 		.relay_per_sandbox = d->cfg.relay_per_sandbox,
+		.warm_slots = d->cfg.network_warm_slots,
 	};
 	struct lb_error err = { 0 };
 	if (lb_net_init(&nc, &d->net, &err) < 0) {

@@ -258,3 +258,37 @@ def test_help_and_usage_errors():
         assert rc == 2 and out == "" and err.startswith("lensbox: "), (args, rc, out, err)
     rc, _, err = lb("policy", "check", "/nonexistent-policy-dir")
     assert rc == 1 and "opening the policy directory /nonexistent-policy-dir" in err
+
+
+def test_diff_with_warm_slots(tmp_path):
+    """Warm slots (lensbox-net --warm-slots, lensboxd's network_warm_slots): a slot's chains loaded without its map
+    elements are what lensboxd loads, not drift; a rule added to one is."""
+    if os.geteuid() != 0:
+        pytest.skip("diff reads an nftables table: needs root")
+    tag = uuid.uuid4().hex[:8]
+    host, web = f"lbpol-{tag}-host", f"lbpol-{tag}-web"
+    for n in (host, web):
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    conf = tmp_path / "lensboxd.conf"
+    conf.write_text("services_uid = 0\ndns_upstream = 192.0.2.53:53\n")
+    p = subprocess.Popen(["ip", "netns", "exec", host, LENSBOX_NET, "serve", "--policy", POLICY, "--dns",
+                          "192.0.2.53:53", "--warm-slots", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.stdin.write(f"attach chat-1 /run/netns/{web} web\n")
+        p.stdin.flush()
+        assert p.stdout.readline().startswith("ok lbh16382 "), "a warm web slot (from the pool's top) is used"
+        rc, out, err = lb("policy", "diff", POLICY, "--config", str(conf), ns=host)
+        assert (rc, out) == (0, f"inet lensbox (with 1 sandboxes' rules and 3 warm slots') is what lensboxd loads "
+                                f"from {POLICY}\n"), out + err
+        doc = json.loads(lb("--json", "policy", "diff", POLICY, "--config", str(conf), ns=host)[1])
+        assert (doc["sandboxes"], doc["warm_slots"], doc["drift"]) == (1, 3, False), doc
+        nft(host, "insert", "rule", "inet", "lensbox", "sb16380_in", "accept")  # a warm packages slot's chain
+        rc, out, _ = lb("policy", "diff", POLICY, "--config", str(conf), ns=host)
+        assert rc == 1 and "added    rule sb16380_in: accept\n" in out, out
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+        for n in (host, web):
+            subprocess.run(["ip", "netns", "del", n])

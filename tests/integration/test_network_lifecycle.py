@@ -85,6 +85,40 @@ def test_reconcile_after_crash(world):
     assert re.search(r'"lbh\d', table(world)) is None, table(world)
 
 
+def test_warm_slots_serve_like_cold_ones(world):
+    """With warm slots (lensboxd's network_warm_slots, here lensbox-net --warm-slots 2) a sandbox takes a slot whose
+    rules were loaded ahead: it reaches what its tier allows, is refused the rest and counted from zero; before and
+    after, nothing reaches the slot (no veth, no map element), and its rules stay for the next one."""
+    world.ctl.close()
+    world.start_lensbox(extra_args=("--warm-slots", "2"))
+    assert "warm_slots=4" in world.ctl.cmd("health")
+    t = table(world)
+    assert "chain sb16383_fwd" in t and "chain sb16380_pre" in t and re.search(r'"lbh\d', t) is None, t
+    for n in range(2):  # the second web sandbox gets the slot the first left
+        sb = world.add_sandbox(f"warm{n}", "web")
+        assert sb["ifname"] == "lbh16382", sb
+        assert '"lbh16382" : jump sb16382_fwd' in table(world)
+        assert world.blocked(sb) == 0
+        assert world.probe(sb, op="http", host=nw.SITE, port=80)["ok"]
+        r = world.probe(sb, op="http", host=nw.LAN_IP, port=80)
+        assert r["ok"] is False and r["error"] == "ECONNREFUSED" and r["elapsed"] < 1.0, r
+        r = world.probe(sb, op="http", host=nw.SITE_IP, port=8080)
+        assert r["ok"] is False and r["error"] == "ECONNREFUSED", r
+        assert world.blocked(sb) >= 2
+        world.ctl.ok(f"detach warm{n}")
+        assert world.host_links() == []
+        t = table(world)
+        assert re.search(r'"lbh\d', t) is None and "chain sb16382_fwd" in t, t
+    pk = world.add_sandbox("warmpkg", "packages")
+    assert pk["ifname"] == "lbh16380", pk
+    r = world.probe(pk, op="http", host=nw.SITE_IP, port=80)
+    assert r["ok"] is False and r["error"] == "ECONNRESET", r  # the relay refuses a raw IP, as from a cold slot
+    assert world.blocked(pk) >= 1
+    assert "warm_slots=3" in world.ctl.cmd("health")
+    world.ctl.ok("detach warmpkg")
+    assert "warm_slots=4" in world.ctl.cmd("health")
+
+
 def test_health_reports_foreign_forward_drop(world):
     h = world.ctl.cmd("health")
     assert "foreign_forward_drop=0" in h and "table=1" in h and 'uplinks="up0"' in h, h

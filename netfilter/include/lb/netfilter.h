@@ -44,6 +44,8 @@
 #define LB_NET_DEFAULT_DNS_PER_SANDBOX	 16u
 #define LB_NET_DEFAULT_RELAY_PER_SANDBOX 64u
 
+#define LB_NET_MAX_WARM_SLOTS 64
+
 struct lb_net_config {
 	const char *policy_dir;	  /* holds network/base.nft, web.nft, packages.nft, denied.list, packages.list */
 	const char *pool;	  /* IPv4 CIDR, prefix 8..28; each sandbox takes a /30. NULL: LB_NET_DEFAULT_POOL */
@@ -62,6 +64,10 @@ struct lb_net_config {
 				  the caller */
 	uint32_t veth_gso_max; /* 0: LB_NET_DEFAULT_VETH_GSO_MAX; else 65536..LB_NET_MAX_VETH_GSO_MAX. 65536 keeps the
 				  kernel's classic size (the relay then splices instead of copying) */
+	unsigned warm_slots; /* slots of each networked tier kept loaded (their sb<N>_* rules, no veth, no map element)
+				for the next sandbox of that tier, which then only adds its veth and four map elements;
+				at most LB_NET_MAX_WARM_SLOTS. 0 (the default): a slot's rules are loaded at attach and
+				removed at detach */
 	uint32_t dns_per_sandbox; /* DNS queries one sandbox may have in flight (fair share of LB_NET_DNS_INFLIGHT_MAX);
 				     0: LB_NET_DEFAULT_DNS_PER_SANDBOX. More are dropped and counted as refusals */
 	uint32_t relay_per_sandbox; /* relayed connections one sandbox may hold (of LB_NET_RELAY_CONNS_MAX); 0:
@@ -80,9 +86,10 @@ struct lb_net_health {
 	char foreign_forward[128]; /* e.g. "ip filter FORWARD (policy drop)"; empty when none. Blocks `web`. */
 	bool foreign_input_drop;   /* the same on the input hook (ufw's default): blocks the resolver and the relay */
 	char foreign_input[128];
-	bool ip_forward;    /* net.ipv4.ip_forward (all interfaces) */
-	char uplinks[256];  /* interfaces lensbox turned forwarding on for (default routes' devices, now or earlier) */
-	unsigned sandboxes; /* attached sandboxes */
+	bool ip_forward;     /* net.ipv4.ip_forward (all interfaces) */
+	char uplinks[256];   /* interfaces lensbox turned forwarding on for (default routes' devices, now or earlier) */
+	unsigned sandboxes;  /* attached sandboxes */
+	unsigned warm_slots; /* slots whose rules stay loaded for the next sandbox of their tier */
 	char dns_upstream[32];
 	unsigned n_package_names;
 	char npm_registry[128];	      /* the npm registry host added from npm's configuration; empty when none */

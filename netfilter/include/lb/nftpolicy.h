@@ -42,7 +42,6 @@ struct lb_nft_vars {
 	unsigned slot;		/* SB sb<slot>, IFACE lbh<slot>, GATEWAY/ADDR from pool_base, GATEWAY6/ADDR6 from
 				   pool6_base */
 	uint32_t pool_base;	/* the pool's first address, host order (the slot's /30 is pool_base + 4*slot) */
-	const char *name;	/* NAME: the sandbox's name, validated by the caller (a comment) */
 	uint32_t services_uid;	/* SERVICES_UID */
 	char upstream[16];	/* UPSTREAM: dotted IPv4 */
 	uint16_t upstream_port; /* UPSTREAM_PORT */
@@ -64,6 +63,21 @@ void lb_net_pool6_addr(const uint8_t base[16], unsigned slot, unsigned k, uint8_
 /* The commands template t (its text tmpl) stands for with vars filled in. *ret is the caller's. */
 int lb_nft_render(enum lb_nft_template t, const char *tmpl, const struct lb_nft_vars *vars, char **ret,
 		  struct lb_error *err);
+
+/* A tier file, rendered, is two parts: its slot's objects (the `table inet lensbox { ... }` block: chains, sets,
+ * counter, all named sb<N>_*) and, after them, the `add element` lines that connect the slot's interface to them
+ * through the base table's verdict maps. A warm slot has the first part loaded and not the second. Returns the
+ * offset of the first `add element` line (the length of the first part), or -EINVAL when the text has none or
+ * anything but such lines after it. */
+#define LB_NFT_MAX_ELEMENTS 8
+struct lb_nft_element {
+	char map[32];	/* a verdict map of base.nft, "sandbox_pre" */
+	char key[16];	/* an interface name, "lbh3" */
+	char chain[64]; /* the chain the key jumps to, "sb3_pre" */
+};
+/* Splits rendered tier text as above; els (may be NULL) gets the elements, at most LB_NFT_MAX_ELEMENTS, each line
+ * being exactly `add element inet lensbox MAP { "KEY" : jump CHAIN }`. */
+int lb_nft_split_elements(const char *rendered, struct lb_nft_element *els, size_t *ret_n, size_t *ret_head_len);
 
 /* The commands that fill the sets denied4 and denied6 with the ranges of denied (empty families are skipped). Each
  * IPv4 range is also denied in its NAT64 form, 64:ff9b::<range> (RFC 6052's well-known prefix, the one embedding

@@ -17,6 +17,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <sched.h>
 #include <signal.h>
@@ -66,9 +67,10 @@ static char *run(const char *cmd)
 	return buf;
 }
 
-static struct lb_net *start(void)
+static struct lb_net *start_warm(unsigned warm_slots)
 {
 	struct lb_net_config cfg = { .policy_dir = LENSBOX_SOURCE_DIR "/policy",
+				     .warm_slots = warm_slots,
 				     .pool = "10.231.0.0/24",
 				     .dns_upstream = "192.0.2.53", /* never asked: no query is made in these tests */
 				     .resolver_port = 20053,
@@ -80,6 +82,11 @@ static struct lb_net *start(void)
 	if (r < 0)
 		fail_msg("lb_net_init: %s", err.msg);
 	return net;
+}
+
+static struct lb_net *start(void)
+{
+	return start_warm(0);
 }
 
 static void attach_detach_web(void **state)
@@ -98,7 +105,7 @@ static void attach_detach_web(void **state)
 	char *t = run("nft list table inet lensbox");
 	assert_non_null(strstr(t, "chain sb0_fwd"));
 	assert_non_null(strstr(t, "ip saddr != 10.231.0.2 counter name \"sb0_blocked\" drop"));
-	assert_non_null(strstr(t, "comment \"sandbox unit-web: refused packets\""));
+	assert_non_null(strstr(t, "comment \"refused packets of the sandbox on lbh0"));
 	free(t);
 	/* the sandbox side, seen from inside its namespace */
 	assert_int_equal(setns(sandbox_fd, CLONE_NEWNET), 0);
@@ -141,6 +148,104 @@ static void attach_detach_web(void **state)
 	free(empty);
 	assert_int_equal(lb_net_detach(net, "unit-web", &err), -ENOENT);
 	assert_int_equal(lb_net_unload(net, &err), 0);
+	lb_net_free(net);
+}
+
+/* A datagram from inside sandbox_ns to its gateway's port 9: refused by the slot's `in` chain and counted. */
+static void send_refused(int sandbox_ns, const char *gateway)
+{
+	assert_int_equal(setns(sandbox_ns, CLONE_NEWNET), 0);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(9) };
+	assert_int_equal(inet_pton(AF_INET, gateway, &to.sin_addr), 1);
+	assert_true(fd >= 0 && sendto(fd, "x", 1, 0, (struct sockaddr *)&to, sizeof(to)) == 1);
+	close(fd);
+	assert_int_equal(setns(host_fd, CLONE_NEWNET), 0);
+}
+
+static unsigned warm_count(struct lb_net *net)
+{
+	struct lb_net_health h;
+	lb_net_health(net, &h);
+	return h.warm_slots;
+}
+
+static bool table_has(const char *what)
+{
+	char *t = run("nft list table inet lensbox");
+	bool has = strstr(t, what) != NULL;
+	free(t);
+	return has;
+}
+
+/* Warm slots: objects loaded ahead, unreachable (no map element, no veth) until a sandbox of their tier takes one;
+ * its refusal counter starts at zero; detach returns the slot while fewer than warm_slots are kept. */
+static void warm_slots(void **state)
+{
+	(void)state;
+	struct lb_net *net = start_warm(1);
+	struct lb_error err = { 0 };
+	/* the pool is 10.231.0.0/24 (64 slots): warm slots come from the top, web first */
+	assert_int_equal(warm_count(net), 2);
+	assert_true(table_has("chain sb63_fwd"));      /* web's */
+	assert_true(table_has("chain sb62_pre"));      /* packages' */
+	assert_false(table_has("set sb62_tcp_ports")); /* packages has no forwarded ports */
+	assert_false(table_has("\"lbh63\""));	       /* no element: nothing reaches the chains */
+	assert_false(table_has("\"lbh62\""));
+
+	struct lb_net_info info;
+	assert_int_equal(lb_net_attach(net, "warm-a", sandbox_fd, LB_TIER_WEB, &info, &err), 0);
+	assert_string_equal(info.host_ifname, "lbh63");
+	assert_string_equal(info.address, "10.231.0.254");
+	assert_true(table_has("\"lbh63\" : jump sb63_fwd"));
+	assert_int_equal(warm_count(net), 1);
+	send_refused(sandbox_fd, "10.231.0.253");
+	uint64_t blocked = 0;
+	assert_int_equal(lb_net_blocked(net, "warm-a", &blocked, &err), 0);
+	assert_true(blocked >= 1);
+
+	/* detach: elements and veth go, the objects stay for the next web sandbox */
+	assert_int_equal(lb_net_detach(net, "warm-a", &err), 0);
+	assert_int_equal(if_nametoindex("lbh63"), 0);
+	assert_false(table_has("\"lbh63\""));
+	assert_true(table_has("chain sb63_fwd"));
+	assert_int_equal(warm_count(net), 2);
+
+	/* the next one starts with its own count, not the last sandbox's refusals */
+	assert_int_equal(lb_net_attach(net, "warm-b", sandbox_fd, LB_TIER_WEB, &info, &err), 0);
+	assert_string_equal(info.host_ifname, "lbh63");
+	assert_int_equal(lb_net_blocked(net, "warm-b", &blocked, &err), 0);
+	assert_int_equal(blocked, 0);
+
+	/* a second web sandbox finds no warm slot: a cold one, loaded whole, removed whole (one warm web is kept) */
+	assert_int_equal(unshare(CLONE_NEWNET), 0);
+	int second = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	assert_int_equal(setns(host_fd, CLONE_NEWNET), 0);
+	assert_true(second >= 0);
+	assert_int_equal(lb_net_attach(net, "warm-c", second, LB_TIER_WEB, &info, &err), 0);
+	assert_string_equal(info.host_ifname, "lbh0");
+	assert_int_equal(lb_net_detach(net, "warm-b", &err), 0);
+	assert_int_equal(lb_net_detach(net, "warm-c", &err), 0);
+	assert_false(table_has("sb0_"));
+	assert_true(table_has("chain sb63_fwd"));
+	close(second);
+
+	/* reconciling keeps them (they are this process's), the table's loss forgets them and verify makes one again */
+	unsigned n = 0;
+	assert_int_equal(lb_net_reconcile(net, NULL, 0, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(warm_count(net), 2);
+	free(run("nft delete table inet lensbox"));
+	assert_int_equal(lb_net_verify(net, &n, &err), 0);
+	assert_int_equal(warm_count(net), 1);
+	/* someone deletes a warm slot's chains: its next attach loads them whole */
+	free(run("nft delete chain inet lensbox sb63_fwd"));
+	assert_int_equal(lb_net_attach(net, "warm-d", sandbox_fd, LB_TIER_WEB, &info, &err), 0);
+	assert_true(table_has("\"lbh63\" : jump sb63_fwd"));
+	assert_true(table_has("chain sb63_fwd"));
+	assert_int_equal(lb_net_detach(net, "warm-d", &err), 0);
+	assert_int_equal(lb_net_unload(net, &err), 0);
+	assert_int_equal(warm_count(net), 0);
 	lb_net_free(net);
 }
 
@@ -397,7 +502,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(attach_detach_web),	    cmocka_unit_test(reconcile_after_restart),
 		cmocka_unit_test(off_tier_and_resolv_conf), cmocka_unit_test(isolated_services),
-		cmocka_unit_test(bad_config_is_refused),
+		cmocka_unit_test(bad_config_is_refused),    cmocka_unit_test(warm_slots),
 	};
 	return cmocka_run_group_tests(tests, enter_worlds, leave);
 }
