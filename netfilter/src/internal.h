@@ -117,6 +117,7 @@ struct lb_net {
 	uid_t services_uid;
 	atomic_uint dns_inflight;
 	struct lb_dns_cache *dns_cache; /* the upstream's answers (upstream.c); used by the services only */
+	int conf4_fd, conf6_fd;		/* lb_veth_open_conf() of the host's namespace, kept (or -errno) */
 };
 
 /* ---- ruleset.c: libnftables ---- */
@@ -151,19 +152,32 @@ int lb_nft_foreign_drop(const char *hook_name, bool *ret, char *desc, size_t siz
 
 /* ---- veth.c: libnl-3 ---- */
 
-/* Creates the pair: host side host_ifname (ifalias alias), the other end sandbox_ifname born inside netns_fd. Its
- * host side's index and hardware address. */
-int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
-		   int *ret_host_ifindex, uint8_t ret_host_mac[6], struct lb_error *err);
+/* A sandbox's link seen from the host: the pair's names, the namespace its other end is born in, and the host
+ * side's addresses; with gateway6 (NULL: no IPv6 on the link), the sandbox's addr6 too (for the host's permanent
+ * neighbour entry). The hardware addresses are chosen by lb_veth_add_host(). */
+struct lb_veth_host {
+	const char *ifname, *alias, *sandbox_ifname;
+	int netns_fd;
+	int conf4_fd, conf6_fd; /* lb_veth_open_conf() of the host's namespace (-errno when it failed) */
+	uint32_t gateway;	/* host order */
+	const uint8_t *gateway6, *addr6;
+	uint8_t host_mac[6], sandbox_mac[6]; /* out */
+};
+/* Creates the pair (the host side h->ifname, the other end h->sandbox_ifname born inside h->netns_fd, each with a
+ * random locally administered hardware address) and sets up the host side: forwarding on, IPv6 for this link alone
+ * (set before it is up: no link-local address, no router advertisements, force_forwarding where the kernel has it)
+ * or IPv6 off on it, then up with the ifalias h->alias, gateway/30, gateway6/126 and the neighbour entry. The
+ * requests after the sysctls go in one pipeline. *ret_ifindex: the host side's index. */
+int lb_veth_add_host(struct lb_veth_host *h, int *ret_ifindex, struct lb_error *err);
+/* /proc/sys/net/ipv4/conf or ipv6/conf (family) of the calling thread's network namespace, a directory fd, or
+ * -errno (-ENOENT: a kernel without IPv6). Files are opened below it: looking "ipv6/conf" up from /proc/sys walks one
+ * dcache chain holding every network namespace's entries of that name (~20 us with 200 sandboxes, growing with each);
+ * below it the names are this namespace's alone. */
+int lb_veth_open_conf(int family);
 /* Sets the largest segment (GSO/TSO unit) the host's TCP may hand to link ifindex, IPv4 (Linux >= 6.3, "BIG TCP"),
  * and reads it back: *ret_size is what the kernel now holds, 0 when it does not know the setting (older kernels
  * ignore it). Fails only if netlink does. */
 int lb_veth_set_gso_ipv4_max(int ifindex, uint32_t size, uint32_t *ret_size, struct lb_error *err);
-/* Host side (link ifindex): forwarding on, up, gateway/30; with gateway6, IPv6 for this link alone set before it is
- * up (no link-local address, no router advertisements, force_forwarding where the kernel has it) and gateway6/126;
- * without, IPv6 off on it. */
-int lb_veth_setup_host(const char *host_ifname, int ifindex, uint32_t gateway, const uint8_t *gateway6,
-		       struct lb_error *err);
 /* The sandbox's end of a link: its IPv4 address and gateway; with addr6 (NULL: no IPv6) its IPv6 address, the
  * gateway's, and the host side's hardware address (for the permanent neighbour entry). */
 struct lb_veth_addrs {
@@ -173,11 +187,9 @@ struct lb_veth_addrs {
 };
 /* Inside netns_fd: lo up and, when sandbox_ifname, that link up with a's addresses and default routes; IPv6 on it
  * and lo (sysctls before either is up, no link-local address, no router advertisements, a permanent neighbour entry
- * for the gateway) when a->addr6, else IPv6 off in the namespace. *ret_mac: sandbox_ifname's hardware address. */
-int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a, uint8_t ret_mac[6],
+ * for the gateway) when a->addr6, else IPv6 off in the namespace. The link requests go in one pipeline. */
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a,
 			  struct lb_error *err);
-/* A permanent IPv6 neighbour entry ip6 -> mac on host link ifindex. */
-int lb_veth_add_neighbour6(int ifindex, const uint8_t ip6[16], const uint8_t mac[6], struct lb_error *err);
 int lb_veth_delete(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_up(const char *host_ifname, struct lb_error *err);
 int lb_veth_set_down(const char *host_ifname, struct lb_error *err);

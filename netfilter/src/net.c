@@ -324,6 +324,33 @@ static int take_pools(struct lb_net *ctx, const struct lb_net_config *cfg, struc
 	return 0;
 }
 
+/* The ports, time-outs and bounds of cfg into ctx, defaults filled in and ranges checked. */
+static int take_limits(struct lb_net *ctx, const struct lb_net_config *cfg, struct lb_error *err)
+{
+	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
+	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
+	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
+	ctx->dns_per_sandbox = cfg->dns_per_sandbox ? cfg->dns_per_sandbox : LB_NET_DEFAULT_DNS_PER_SANDBOX;
+	ctx->relay_per_sandbox = cfg->relay_per_sandbox ? cfg->relay_per_sandbox : LB_NET_DEFAULT_RELAY_PER_SANDBOX;
+	if (ctx->dns_per_sandbox > LB_NET_DNS_INFLIGHT_MAX || ctx->relay_per_sandbox > LB_NET_RELAY_CONNS_MAX) {
+		return lb_error_setx(err, EINVAL, "dns_per_sandbox %u, relay_per_sandbox %u: expected 1..%u and 1..%u",
+				     ctx->dns_per_sandbox, ctx->relay_per_sandbox, LB_NET_DNS_INFLIGHT_MAX,
+				     LB_NET_RELAY_CONNS_MAX);
+	}
+	ctx->warm_slots = cfg->warm_slots;
+	if (ctx->warm_slots > LB_NET_MAX_WARM_SLOTS || 2 * (size_t)ctx->warm_slots > ctx->n_slots / 2) {
+		return lb_error_setx(err, EINVAL,
+				     "warm_slots %u: expected 0..%d, and at most a quarter of the pool per tier",
+				     ctx->warm_slots, LB_NET_MAX_WARM_SLOTS);
+	}
+	ctx->veth_gso_max = cfg->veth_gso_max ? cfg->veth_gso_max : LB_NET_DEFAULT_VETH_GSO_MAX;
+	if (ctx->veth_gso_max < 65536 || ctx->veth_gso_max > LB_NET_MAX_VETH_GSO_MAX) {
+		return lb_error_setx(err, EINVAL, "veth_gso_max %u: expected 65536..%u", ctx->veth_gso_max,
+				     LB_NET_MAX_VETH_GSO_MAX);
+	}
+	return 0;
+}
+
 int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_error *err)
 {
 	struct lb_net *ctx = calloc(1, sizeof(*ctx));
@@ -331,6 +358,10 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		return lb_error_set(err, ENOMEM, "allocating the network context");
 	pthread_mutex_init(&ctx->lock, NULL);
 	ctx->services_pidfd = -1;
+	/* The host's sysctl directories of links, kept: each attach writes a few files below them. Read-only
+	 * directory descriptors, close-on-exec; writing below them still takes root in the host's namespace. */
+	ctx->conf4_fd = lb_veth_open_conf(AF_INET);
+	ctx->conf6_fd = lb_veth_open_conf(AF_INET6);
 	int r;
 	_cleanup_free_ char *denied = NULL, *names = NULL;
 	ctx->policy_dir = strdup(cfg->policy_dir);
@@ -357,30 +388,9 @@ int lb_net_init(const struct lb_net_config *cfg, struct lb_net **ret, struct lb_
 		goto fail;
 	}
 	ctx->shared = shared;
-	ctx->resolver_port = cfg->resolver_port ? cfg->resolver_port : LB_NET_DEFAULT_RESOLVER_PORT;
-	ctx->relay_port = cfg->relay_port ? cfg->relay_port : LB_NET_DEFAULT_RELAY_PORT;
-	ctx->timeout_ms = cfg->connect_timeout_ms ? cfg->connect_timeout_ms : 3000;
-	ctx->dns_per_sandbox = cfg->dns_per_sandbox ? cfg->dns_per_sandbox : LB_NET_DEFAULT_DNS_PER_SANDBOX;
-	ctx->relay_per_sandbox = cfg->relay_per_sandbox ? cfg->relay_per_sandbox : LB_NET_DEFAULT_RELAY_PER_SANDBOX;
-	if (ctx->dns_per_sandbox > LB_NET_DNS_INFLIGHT_MAX || ctx->relay_per_sandbox > LB_NET_RELAY_CONNS_MAX) {
-		r = lb_error_setx(err, EINVAL, "dns_per_sandbox %u, relay_per_sandbox %u: expected 1..%u and 1..%u",
-				  ctx->dns_per_sandbox, ctx->relay_per_sandbox, LB_NET_DNS_INFLIGHT_MAX,
-				  LB_NET_RELAY_CONNS_MAX);
+	r = take_limits(ctx, cfg, err);
+	if (r < 0)
 		goto fail;
-	}
-	ctx->warm_slots = cfg->warm_slots;
-	if (ctx->warm_slots > LB_NET_MAX_WARM_SLOTS || 2 * (size_t)ctx->warm_slots > ctx->n_slots / 2) {
-		r = lb_error_setx(err, EINVAL,
-				  "warm_slots %u: expected 0..%d, and at most a quarter of the pool per tier",
-				  ctx->warm_slots, LB_NET_MAX_WARM_SLOTS);
-		goto fail;
-	}
-	ctx->veth_gso_max = cfg->veth_gso_max ? cfg->veth_gso_max : LB_NET_DEFAULT_VETH_GSO_MAX;
-	if (ctx->veth_gso_max < 65536 || ctx->veth_gso_max > LB_NET_MAX_VETH_GSO_MAX) {
-		r = lb_error_setx(err, EINVAL, "veth_gso_max %u: expected 65536..%u", ctx->veth_gso_max,
-				  LB_NET_MAX_VETH_GSO_MAX);
-		goto fail;
-	}
 	if (cfg->dns_upstream) {
 		if (parse_upstream(cfg->dns_upstream, &ctx->upstream) < 0) {
 			r = lb_error_setx(err, EINVAL, "DNS upstream %s: expected IPv4[:port]", cfg->dns_upstream);
@@ -502,6 +512,10 @@ void lb_net_free(struct lb_net *ctx)
 	if (ctx->shared)
 		munmap(ctx->shared, ctx->n_slots * sizeof(*ctx->shared));
 	free(ctx->policy_dir);
+	if (ctx->conf4_fd >= 0)
+		close(ctx->conf4_fd);
+	if (ctx->conf6_fd >= 0)
+		close(ctx->conf6_fd);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 }
@@ -676,8 +690,8 @@ static void fill_warm(struct lb_net *ctx, unsigned max_new)
 	}
 }
 
-/* Connects a warm slot's objects to its new sandbox: its refusal counter zeroed (the last sandbox's refusals are
- * not this one's), its veth in the flowtable when with_device, then its four map elements in one transaction. */
+/* Connects a warm slot's objects to its new sandbox: its veth in the flowtable when with_device, then its four map
+ * elements in one transaction. Its refusal counter is zero: new, or zeroed when the last sandbox left. */
 static int connect_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool with_device, struct lb_error *err)
 {
 	struct lb_nft_element els[LB_NFT_MAX_ELEMENTS];
@@ -685,11 +699,8 @@ static int connect_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool 
 	int r = slot_elements(ctx, slot, t, els, &n, err);
 	if (r < 0)
 		return r;
-	char counter[32], ifname[16];
-	snprintf(counter, sizeof(counter), "sb%u_blocked", slot);
-	uint64_t before;
-	r = lb_nftlink_counter(counter, true, &before, err);
-	if (r == 0 && with_device) {
+	char ifname[16];
+	if (with_device) {
 		_cleanup_free_ char *cmd = NULL;
 		slot_ifname(slot, ifname);
 		r = lb_nft_flowtable_device_cmd(true, ifname, &cmd, err);
@@ -701,8 +712,9 @@ static int connect_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool 
 	return r;
 }
 
-/* The other way: map elements first (nothing of the sandbox's reaches the chains from then on), the flowtable
- * device, then the veth; the objects stay, the slot becomes warm for tier t. */
+/* The other way: map elements first (nothing of the sandbox's reaches the chains from then on), its refusal counter
+ * zeroed (the next sandbox's count starts there), the flowtable device, then the veth; the objects stay, the slot
+ * becomes warm for tier t. */
 static int disconnect_to_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t, bool flowdev, struct lb_error *err)
 {
 	struct lb_nft_element els[LB_NFT_MAX_ELEMENTS];
@@ -712,6 +724,11 @@ static int disconnect_to_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t,
 	int r = slot_elements(ctx, slot, t, els, &n, err);
 	if (r == 0)
 		r = lb_nftlink_elements(false, els, n, err);
+	char counter[32];
+	snprintf(counter, sizeof(counter), "sb%u_blocked", slot);
+	uint64_t last;
+	if (r == 0)
+		r = lb_nftlink_counter(counter, true, &last, err);
 	if (r == 0 && flowdev) {
 		_cleanup_free_ char *cmd = NULL;
 		r = lb_nft_flowtable_device_cmd(false, ifname, &cmd, err);
@@ -745,7 +762,7 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 		return lb_error_wrap(err, "removing the earlier network of %s", name);
 
 	if (t == LB_TIER_OFF) {
-		r = lb_veth_setup_sandbox(netns_fd, NULL, NULL, NULL, err);
+		r = lb_veth_setup_sandbox(netns_fd, NULL, NULL, err);
 		if (r < 0)
 			return lb_error_wrap(err, "sandbox %s, tier off", name);
 		if (ret_info)
@@ -789,14 +806,20 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 		if (r < 0)
 			goto fail;
 	}
-	uint8_t host_mac[6], sb_mac[6], gw6[16], addr6[16];
+	uint8_t gw6[16], addr6[16];
 	lb_net_pool6_addr(ctx->pool6_base, slot, 1, gw6);
 	lb_net_pool6_addr(ctx->pool6_base, slot, 2, addr6);
 	bool ipv6 = ctx->ipv6 && atomic_load(&ctx->route6) && (t == LB_TIER_PACKAGES || ctx->ipv6_forwarding);
-	r = lb_veth_create(ifname, alias, netns_fd, "eth0", &ifindex, host_mac, err);
-	if (r < 0)
-		goto fail;
-	r = lb_veth_setup_host(ifname, ifindex, gw, ipv6 ? gw6 : NULL, err);
+	struct lb_veth_host host = { .ifname = ifname,
+				     .alias = alias,
+				     .sandbox_ifname = "eth0",
+				     .netns_fd = netns_fd,
+				     .conf4_fd = ctx->conf4_fd,
+				     .conf6_fd = ctx->conf6_fd,
+				     .gateway = gw,
+				     .gateway6 = ipv6 ? gw6 : NULL,
+				     .addr6 = addr6 };
+	r = lb_veth_add_host(&host, &ifindex, err);
 	if (r < 0)
 		goto fail;
 	/* Larger segments from the host into the sandbox cut the relay's per-packet cost (services.c); only `packages`
@@ -813,11 +836,9 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	if (ipv6) {
 		sb_addrs.addr6 = addr6;
 		sb_addrs.gateway6 = gw6;
-		sb_addrs.host_mac = host_mac;
+		sb_addrs.host_mac = host.host_mac;
 	}
-	r = lb_veth_setup_sandbox(netns_fd, "eth0", &sb_addrs, sb_mac, err);
-	if (r == 0 && ipv6)
-		r = lb_veth_add_neighbour6(ifindex, addr6, sb_mac, err);
+	r = lb_veth_setup_sandbox(netns_fd, "eth0", &sb_addrs, err);
 	if (r < 0)
 		goto fail;
 	pthread_mutex_lock(&ctx->lock);

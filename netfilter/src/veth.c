@@ -9,8 +9,11 @@
  * thread enters the sandbox's netns just long enough to open a netlink socket and the sysctl files there (a netlink
  * socket stays bound to the namespace it was created in), then returns; network namespaces are per thread, so other
  * threads never notice. If the return fails the thread is in the wrong namespace, which is reported as
- * -ENOTRECOVERABLE. Invariants: host-side names are LB_NET_IFPREFIX<slot>; the host side carries the ifalias
- * "lensbox:<name>" that reconciliation reads back after a crash.
+ * -ENOTRECOVERABLE. The requests that follow each other on one side (up, addresses, routes, neighbours) are sent
+ * without waiting for each answer and their answers read after (struct pipeline): an attach is on the path of a
+ * sandbox's creation. Both ends' hardware addresses are chosen here, so that neither has to be read back.
+ * Invariants: host-side names are LB_NET_IFPREFIX<slot>; the host side carries the ifalias "lensbox:<name>" that
+ * reconciliation reads back after a crash.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,9 +26,11 @@
 #include <netlink/route/neighbour.h>
 #include <netlink/route/route.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "internal.h"
 #include "lb/cleanup.h"
@@ -85,52 +90,6 @@ static int open_sock(struct nl_sock **ret, struct lb_error *err)
 		return lb_error_setx(err, nl_errno(r), "connecting to rtnetlink: %s", nl_geterror(r));
 	*ret = TAKE_PTR(s);
 	return 0;
-}
-
-/* link's hardware address (a veth's: 6 bytes) into mac. */
-static int link_mac_bytes(struct rtnl_link *link, const char *ifname, uint8_t mac[6], struct lb_error *err)
-{
-	struct nl_addr *a = rtnl_link_get_addr(link);
-	if (!a || nl_addr_get_len(a) != 6)
-		return lb_error_setx(err, EPROTO, "reading the hardware address of %s", ifname);
-	memcpy(mac, nl_addr_get_binary_addr(a), 6);
-	return 0;
-}
-
-int lb_veth_create(const char *host_ifname, const char *alias, int netns_fd, const char *sandbox_ifname,
-		   int *ret_host_ifindex, uint8_t ret_host_mac[6], struct lb_error *err)
-{
-	_cleanup_nlsock_ struct nl_sock *sock = NULL;
-	int r = open_sock(&sock, err);
-	if (r < 0)
-		return r;
-	_cleanup_link_ struct rtnl_link *link = rtnl_link_veth_alloc();
-	if (!link)
-		return lb_error_set(err, ENOMEM, "allocating a veth");
-	rtnl_link_set_name(link, host_ifname);
-	struct rtnl_link *peer = rtnl_link_veth_get_peer(link);
-	rtnl_link_set_name(peer, sandbox_ifname);
-	/* The peer is born inside the sandbox's namespace: it is never visible on the host side. */
-	rtnl_link_set_ns_fd(peer, netns_fd);
-	rtnl_link_put(peer);
-	/* Creating a link in the host namespace is safe: its name is ours (lbh<slot>), never taken from the sandbox. */
-	r = rtnl_link_add(sock, link, NLM_F_CREATE | NLM_F_EXCL);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "creating veth %s: %s", host_ifname, nl_geterror(r));
-
-	_cleanup_link_ struct rtnl_link *cur = NULL;
-	r = rtnl_link_get_kernel(sock, 0, host_ifname, &cur);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "finding veth %s: %s", host_ifname, nl_geterror(r));
-	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
-	if (!change)
-		return lb_error_set(err, ENOMEM, "allocating a link change");
-	rtnl_link_set_ifalias(change, alias);
-	r = rtnl_link_change(sock, cur, change, 0);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "labelling veth %s: %s", host_ifname, nl_geterror(r));
-	*ret_host_ifindex = rtnl_link_get_ifindex(cur);
-	return link_mac_bytes(cur, host_ifname, ret_host_mac, err);
 }
 
 #ifndef IFLA_GSO_IPV4_MAX_SIZE
@@ -230,38 +189,82 @@ static int link_up(struct nl_sock *sock, const char *ifname, struct lb_error *er
 	return r < 0 ? r : ifindex;
 }
 
-/* Adds address bytes (4 or 16 of family) /prefix to ifindex. IPv6 ones skip duplicate address detection: the link
- * has two ends, both lensbox's, and DAD would hold the address back for a second. */
-static int add_addr_family(struct nl_sock *sock, int ifindex, int family, const void *bytes, unsigned prefix,
-			   struct lb_error *err)
+/* Requests sent one after another without waiting for their answers, then every answer read: the kernel handles
+ * a socket's requests in order, so a link is up before the address that follows it is added, and the round trips
+ * overlap. The first refusal is the one reported. */
+#define MAX_PIPELINE 8
+struct pipeline {
+	struct nl_sock *sock;
+	size_t n;
+	char what[MAX_PIPELINE][48];
+	int r; /* the first failure to build or send */
+	struct lb_error *err;
+};
+
+static void queue(struct pipeline *p, int built, struct nl_msg *msg, const char *what)
 {
-	struct rtnl_addr *a = rtnl_addr_alloc();
-	if (!a)
-		return lb_error_set(err, ENOMEM, "allocating an address");
-	_cleanup_addr_ struct nl_addr *local = nl_addr_build(family, bytes, family == AF_INET ? 4 : 16);
-	if (!local) {
-		rtnl_addr_put(a);
-		return lb_error_set(err, ENOMEM, "allocating an address");
+	if (p->r == 0 && (built < 0 || !msg))
+		p->r = lb_error_setx(p->err, built < 0 ? nl_errno(built) : ENOMEM, "building a request (%s)", what);
+	if (p->r == 0 && p->n == MAX_PIPELINE)
+		p->r = lb_error_setx(p->err, E2BIG, "too many requests at once (%s)", what);
+	if (p->r == 0) {
+		int r = nl_send_auto(p->sock, msg);
+		if (r < 0)
+			p->r = lb_error_setx(p->err, nl_errno(r), "sending a request (%s): %s", what, nl_geterror(r));
+		else
+			snprintf(p->what[p->n++], sizeof(p->what[0]), "%s", what);
 	}
-	nl_addr_set_prefixlen(local, (int)prefix);
-	rtnl_addr_set_ifindex(a, ifindex);
-	rtnl_addr_set_local(a, local);
-	if (family == AF_INET6)
-		rtnl_addr_set_flags(a, IFA_F_NODAD);
-	int r = rtnl_addr_add(sock, a, 0);
-	rtnl_addr_put(a);
-	if (r < 0) {
-		char s[INET6_ADDRSTRLEN];
-		inet_ntop(family, bytes, s, sizeof(s));
-		return lb_error_setx(err, nl_errno(r), "adding address %s/%u: %s", s, prefix, nl_geterror(r));
-	}
-	return 0;
+	if (msg)
+		nlmsg_free(msg);
 }
 
-static int add_addr(struct nl_sock *sock, int ifindex, uint32_t addr, unsigned prefix, struct lb_error *err)
+static int finish(struct pipeline *p)
 {
-	uint32_t be = htonl(addr);
-	return add_addr_family(sock, ifindex, AF_INET, &be, prefix, err);
+	int first = p->r;
+	for (size_t i = 0; i < p->n; i++) {
+		int r = nl_wait_for_ack(p->sock);
+		if (r < 0 && first == 0)
+			first = lb_error_setx(p->err, nl_errno(r), "%s: %s", p->what[i], nl_geterror(r));
+	}
+	return first;
+}
+
+/* Link ifindex up (and, with alias, labelled). */
+static void queue_up(struct pipeline *p, int ifindex, const char *alias)
+{
+	_cleanup_link_ struct rtnl_link *cur = rtnl_link_alloc();
+	_cleanup_link_ struct rtnl_link *change = rtnl_link_alloc();
+	struct nl_msg *msg = NULL;
+	int r = -NLE_NOMEM;
+	if (cur && change) {
+		rtnl_link_set_ifindex(cur, ifindex);
+		rtnl_link_set_flags(change, IFF_UP);
+		if (alias)
+			rtnl_link_set_ifalias(change, alias);
+		r = rtnl_link_build_change_request(cur, change, 0, &msg);
+	}
+	queue(p, r, msg, alias ? "labelling a link and bringing it up" : "bringing a link up");
+}
+
+/* Address bytes (4 or 16 of family) /prefix on ifindex. IPv6 ones skip duplicate address detection: the link has
+ * two ends, both lensbox's, and DAD would hold the address back for a second. */
+static void queue_addr(struct pipeline *p, int ifindex, int family, const void *bytes, unsigned prefix)
+{
+	struct rtnl_addr *a = rtnl_addr_alloc();
+	_cleanup_addr_ struct nl_addr *local = nl_addr_build(family, bytes, family == AF_INET ? 4 : 16);
+	struct nl_msg *msg = NULL;
+	int r = -NLE_NOMEM;
+	if (a && local) {
+		nl_addr_set_prefixlen(local, (int)prefix);
+		rtnl_addr_set_ifindex(a, ifindex);
+		rtnl_addr_set_local(a, local);
+		if (family == AF_INET6)
+			rtnl_addr_set_flags(a, IFA_F_NODAD);
+		r = rtnl_addr_build_add_request(a, 0, &msg);
+	}
+	if (a)
+		rtnl_addr_put(a);
+	queue(p, r, msg, family == AF_INET ? "adding an IPv4 address" : "adding an IPv6 address");
 }
 
 static int write_sysctl(const char *path, const char *value, struct lb_error *err)
@@ -272,158 +275,205 @@ static int write_sysctl(const char *path, const char *value, struct lb_error *er
 	return 0;
 }
 
+int lb_veth_open_conf(int family)
+{
+	int fd = open(family == AF_INET6 ? "/proc/sys/net/ipv6/conf" : "/proc/sys/net/ipv4/conf",
+		      O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* <conf>/<fmt...>, a sysctl below conf_fd (lb_veth_open_conf of that family), written. */
+__attribute__((format(printf, 5, 6))) static int write_conf(int conf_fd, int family, const char *value,
+							    struct lb_error *err, const char *fmt, ...)
+{
+	char path[96];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(path, sizeof(path), fmt, ap);
+	va_end(ap);
+	int r = conf_fd < 0 ? conf_fd : lb_write_file_at(conf_fd, path, value);
+	if (r < 0)
+		return lb_error_set(err, r, "writing /proc/sys/net/%s/conf/%s", family == AF_INET6 ? "ipv6" : "ipv4",
+				    path);
+	return 0;
+}
+
 /* The IPv6 sysctls of one interface for a lensbox link: no generated (link-local) address, no router
  * advertisements, IPv6 on. Written before the link is first up, so no link-local address is ever made. Paths are of
  * the calling thread's network namespace. */
-static int ipv6_link_sysctls(const char *ifname, struct lb_error *err)
+static int ipv6_link_sysctls(int conf6_fd, const char *ifname, struct lb_error *err)
 {
 	static const char *const keys[][2] = {
 		{ "addr_gen_mode", "1" }, { "accept_ra", "0" }, { "autoconf", "0" }, { "disable_ipv6", "0" }
 	};
-	char path[128];
 	for (size_t i = 0; i < LB_ARRAY_SIZE(keys); i++) {
-		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/%s", ifname, keys[i][0]);
-		int r = write_sysctl(path, keys[i][1], err);
+		int r = write_conf(conf6_fd, AF_INET6, keys[i][1], err, "%s/%s", ifname, keys[i][0]);
 		if (r < 0)
 			return r;
 	}
 	return 0;
 }
 
-int lb_veth_setup_host(const char *host_ifname, int ifindex, uint32_t gateway, const uint8_t *gateway6,
-		       struct lb_error *err)
+/* A locally administered unicast hardware address (as the kernel picks for a veth), so that each end's is known
+ * before the pair exists. */
+static int random_mac(uint8_t mac[6])
 {
-	char path[128];
-	int r;
-	if (gateway6) {
+	if (getrandom(mac, 6, 0) != 6)
+		return -EIO;
+	mac[0] = (uint8_t)((mac[0] & 0xfe) | 0x02);
+	return 0;
+}
+
+/* The pair, in one request: the host side h->ifname with h->host_mac, the other end h->sandbox_ifname with
+ * h->sandbox_mac born inside h->netns_fd (never visible on the host). */
+static int create_pair(struct nl_sock *sock, const struct lb_veth_host *h, struct lb_error *err)
+{
+	_cleanup_link_ struct rtnl_link *link = rtnl_link_veth_alloc();
+	_cleanup_addr_ struct nl_addr *mac = nl_addr_build(AF_LLC, h->host_mac, 6);
+	_cleanup_addr_ struct nl_addr *peer_mac = nl_addr_build(AF_LLC, h->sandbox_mac, 6);
+	if (!link || !mac || !peer_mac)
+		return lb_error_set(err, ENOMEM, "allocating a veth");
+	/* One queue each way on both ends, asked for at creation: a veth otherwise gets one per possible CPU, then is
+	 * cut back to one after it is registered (a queue's sysfs entries made and removed for nothing). */
+	rtnl_link_set_name(link, h->ifname);
+	rtnl_link_set_addr(link, mac);
+	rtnl_link_set_num_tx_queues(link, 1);
+	rtnl_link_set_num_rx_queues(link, 1);
+	struct rtnl_link *peer = rtnl_link_veth_get_peer(link);
+	rtnl_link_set_name(peer, h->sandbox_ifname);
+	rtnl_link_set_addr(peer, peer_mac);
+	rtnl_link_set_num_tx_queues(peer, 1);
+	rtnl_link_set_num_rx_queues(peer, 1);
+	rtnl_link_set_ns_fd(peer, h->netns_fd);
+	rtnl_link_put(peer);
+	/* Creating a link in the host namespace is safe: its name is ours (lbh<slot>), never taken from the sandbox. */
+	int r = rtnl_link_add(sock, link, NLM_F_CREATE | NLM_F_EXCL);
+	if (r < 0)
+		return lb_error_setx(err, nl_errno(r), "creating veth %s: %s", h->ifname, nl_geterror(r));
+	return 0;
+}
+
+static void queue_neighbour(struct pipeline *p, int ifindex, const uint8_t ip6[16], const uint8_t mac[6]);
+
+int lb_veth_add_host(struct lb_veth_host *h, int *ret_ifindex, struct lb_error *err)
+{
+	if (random_mac(h->host_mac) < 0 || random_mac(h->sandbox_mac) < 0)
+		return lb_error_set(err, EIO, "choosing hardware addresses");
+	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int r = open_sock(&sock, err);
+	if (r == 0)
+		r = create_pair(sock, h, err);
+	if (r < 0)
+		return r;
+	int ifindex = (int)if_nametoindex(h->ifname);
+	if (ifindex <= 0)
+		return lb_error_set(err, errno, "finding veth %s", h->ifname);
+	*ret_ifindex = ifindex;
+	if (h->gateway6) {
 		/* IPv6 for this interface only (its name is ours, lbh<slot>), set before it is up; forwarding for the
 		 * sandbox's packets where the kernel can turn it on for one interface (force_forwarding, Linux >=
 		 * 6.17); older kernels forward IPv6 only when all.forwarding is on, which lb_net_init() checked. */
-		r = ipv6_link_sysctls(host_ifname, err);
+		r = ipv6_link_sysctls(h->conf6_fd, h->ifname, err);
 		if (r < 0)
 			return r;
-		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/force_forwarding", host_ifname);
-		r = write_sysctl(path, "1", err);
+		r = write_conf(h->conf6_fd, AF_INET6, "1", err, "%s/force_forwarding", h->ifname);
 		if (r < 0 && r != -ENOENT)
 			return r;
 	} else {
 		/* no IPv6 on this link at all */
-		snprintf(path, sizeof(path), "/proc/sys/net/ipv6/conf/%s/disable_ipv6", host_ifname);
-		r = write_sysctl(path, "1", err);
+		r = write_conf(h->conf6_fd, AF_INET6, "1", err, "%s/disable_ipv6", h->ifname);
 		if (r < 0 && r != -ENOENT)
 			return r;
 	}
-	snprintf(path, sizeof(path), "/proc/sys/net/ipv4/conf/%s/forwarding", host_ifname);
-	r = write_sysctl(path, "1", err);
+	r = write_conf(h->conf4_fd, AF_INET, "1", err, "%s/forwarding", h->ifname);
 	if (r < 0)
 		return r;
-	_cleanup_nlsock_ struct nl_sock *sock = NULL;
-	r = open_sock(&sock, err);
-	if (r < 0)
-		return r;
-	r = link_up_index(sock, ifindex, host_ifname, err);
-	if (r < 0)
-		return r;
-	r = add_addr(sock, ifindex, gateway, 30, err);
-	if (r == 0 && gateway6)
-		r = add_addr_family(sock, ifindex, AF_INET6, gateway6, 126, err);
-	return r;
+	struct pipeline p = { .sock = sock, .err = err };
+	/* the alias names the sandbox: reconciliation reads it back after a crash */
+	queue_up(&p, ifindex, h->alias);
+	uint32_t gw = htonl(h->gateway);
+	queue_addr(&p, ifindex, AF_INET, &gw, 30);
+	if (h->gateway6) {
+		queue_addr(&p, ifindex, AF_INET6, h->gateway6, 126);
+		queue_neighbour(&p, ifindex, h->addr6, h->sandbox_mac);
+	}
+	return finish(&p);
 }
 
 /* The default route of family via gateway (4 or 16 bytes) on ifindex. */
-static int add_default_route_family(struct nl_sock *sock, int ifindex, int family, const void *gateway,
-				    struct lb_error *err)
+static void queue_default_route(struct pipeline *p, int ifindex, int family, const void *gateway)
 {
 	struct rtnl_route *route = rtnl_route_alloc();
-	if (!route)
-		return lb_error_set(err, ENOMEM, "allocating a route");
 	static const uint8_t zero[16];
 	size_t len = family == AF_INET ? 4 : 16;
 	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(family, zero, len);
 	_cleanup_addr_ struct nl_addr *via = nl_addr_build(family, gateway, len);
 	struct rtnl_nexthop *nh = rtnl_route_nh_alloc();
-	if (!dst || !via || !nh) {
-		if (nh)
-			rtnl_route_nh_free(nh);
-		rtnl_route_put(route);
-		return lb_error_set(err, ENOMEM, "allocating a route");
+	struct nl_msg *msg = NULL;
+	int r = -NLE_NOMEM;
+	if (route && dst && via && nh) {
+		nl_addr_set_prefixlen(dst, 0);
+		rtnl_route_set_family(route, (uint8_t)family);
+		rtnl_route_set_dst(route, dst);
+		rtnl_route_nh_set_ifindex(nh, ifindex);
+		rtnl_route_nh_set_gateway(nh, via);
+		rtnl_route_add_nexthop(route, TAKE_PTR(nh)); /* the route owns it now */
+		r = rtnl_route_build_add_request(route, NLM_F_CREATE | NLM_F_EXCL, &msg);
 	}
-	nl_addr_set_prefixlen(dst, 0);
-	rtnl_route_set_family(route, (uint8_t)family);
-	rtnl_route_set_dst(route, dst);
-	rtnl_route_nh_set_ifindex(nh, ifindex);
-	rtnl_route_nh_set_gateway(nh, via);
-	rtnl_route_add_nexthop(route, nh); /* the route owns nh now */
-	int r = rtnl_route_add(sock, route, NLM_F_CREATE | NLM_F_EXCL);
-	rtnl_route_put(route);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "adding the default %s route: %s",
-				     family == AF_INET ? "IPv4" : "IPv6", nl_geterror(r));
-	return 0;
-}
-
-static int add_default_route(struct nl_sock *sock, int ifindex, uint32_t gateway, struct lb_error *err)
-{
-	uint32_t gw = htonl(gateway);
-	return add_default_route_family(sock, ifindex, AF_INET, &gw, err);
+	if (nh)
+		rtnl_route_nh_free(nh);
+	if (route)
+		rtnl_route_put(route);
+	queue(p, r, msg, family == AF_INET ? "adding the default IPv4 route" : "adding the default IPv6 route");
 }
 
 /* A permanent neighbour entry ip6 -> mac on ifindex: the two ends of a veth know each other, so neither ever sends
  * neighbour discovery (nor has a link-local address to send it from). */
-static int add_neighbour(struct nl_sock *sock, int ifindex, const uint8_t ip6[16], const uint8_t mac[6],
-			 struct lb_error *err)
+static void queue_neighbour(struct pipeline *p, int ifindex, const uint8_t ip6[16], const uint8_t mac[6])
 {
 	struct rtnl_neigh *n = rtnl_neigh_alloc();
 	_cleanup_addr_ struct nl_addr *dst = nl_addr_build(AF_INET6, ip6, 16);
 	_cleanup_addr_ struct nl_addr *ll = nl_addr_build(AF_LLC, mac, 6);
-	if (!n || !dst || !ll) {
-		if (n)
-			rtnl_neigh_put(n);
-		return lb_error_set(err, ENOMEM, "allocating a neighbour");
+	struct nl_msg *msg = NULL;
+	int r = -NLE_NOMEM;
+	if (n && dst && ll) {
+		rtnl_neigh_set_ifindex(n, ifindex);
+		rtnl_neigh_set_family(n, AF_INET6);
+		rtnl_neigh_set_dst(n, dst);
+		rtnl_neigh_set_lladdr(n, ll);
+		rtnl_neigh_set_state(n, NUD_PERMANENT);
+		r = rtnl_neigh_build_add_request(n, NLM_F_CREATE | NLM_F_REPLACE, &msg);
 	}
-	rtnl_neigh_set_ifindex(n, ifindex);
-	rtnl_neigh_set_family(n, AF_INET6);
-	rtnl_neigh_set_dst(n, dst);
-	rtnl_neigh_set_lladdr(n, ll);
-	rtnl_neigh_set_state(n, NUD_PERMANENT);
-	int r = rtnl_neigh_add(sock, n, NLM_F_CREATE | NLM_F_REPLACE);
-	rtnl_neigh_put(n);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "adding a neighbour: %s", nl_geterror(r));
-	return 0;
-}
-
-int lb_veth_add_neighbour6(int ifindex, const uint8_t ip6[16], const uint8_t mac[6], struct lb_error *err)
-{
-	_cleanup_nlsock_ struct nl_sock *sock = NULL;
-	int r = open_sock(&sock, err);
-	if (r < 0)
-		return r;
-	return add_neighbour(sock, ifindex, ip6, mac, err);
+	if (n)
+		rtnl_neigh_put(n);
+	queue(p, r, msg, "adding an IPv6 neighbour");
 }
 
 /* Inside the sandbox's netns (the calling thread is there): its IPv6 sysctls, before any of its links is up. */
 static int sandbox_sysctls(const char *sandbox_ifname, bool ipv6, struct lb_error *err)
 {
+	/* opened in the sandbox's namespace: the directory of its own links (lb_veth_open_conf says why once) */
+	_cleanup_close_ int conf = lb_veth_open_conf(AF_INET6);
+	if (conf == -ENOENT)
+		return 0; /* a kernel without IPv6 */
 	if (!ipv6) {
 		/* IPv6 off inside: the tier has none here, and a v6 address would be a way around its rules */
-		int r = write_sysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1", err);
+		int r = write_conf(conf, AF_INET6, "1", err, "all/disable_ipv6");
 		if (r == 0)
-			r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
-		return r == -ENOENT ? 0 : r; /* -ENOENT: a kernel without IPv6 */
+			r = write_conf(conf, AF_INET6, "1", err, "default/disable_ipv6");
+		return r;
 	}
 	/* IPv6 on eth0 (static address, no link-local, no router advertisements) and lo (its own ::1); off for any
 	 * link made later */
-	int r = write_sysctl("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1", err);
+	int r = write_conf(conf, AF_INET6, "1", err, "default/disable_ipv6");
 	if (r == 0)
-		r = ipv6_link_sysctls(sandbox_ifname, err);
+		r = ipv6_link_sysctls(conf, sandbox_ifname, err);
 	if (r == 0)
-		r = write_sysctl("/proc/sys/net/ipv6/conf/lo/disable_ipv6", "0", err);
+		r = write_conf(conf, AF_INET6, "0", err, "lo/disable_ipv6");
 	return r;
 }
 
-int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a, uint8_t ret_mac[6],
-			  struct lb_error *err)
+int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct lb_veth_addrs *a, struct lb_error *err)
 {
 	bool ipv6 = sandbox_ifname && a && a->addr6;
 	_cleanup_close_ int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -434,37 +484,34 @@ int lb_veth_setup_sandbox(int netns_fd, const char *sandbox_ifname, const struct
 	if (setns(netns_fd, CLONE_NEWNET) < 0)
 		return lb_error_set(err, errno, "entering the sandbox's network namespace");
 	_cleanup_nlsock_ struct nl_sock *sock = NULL;
+	int ifindex = 0;
 	int r = open_sock(&sock, err);
 	if (r == 0 && sandbox_ifname)
 		r = sandbox_sysctls(sandbox_ifname, ipv6, err);
+	if (r == 0 && sandbox_ifname && a) {
+		ifindex = (int)if_nametoindex(sandbox_ifname); /* the name is looked up in the sandbox's namespace */
+		if (ifindex <= 0)
+			r = lb_error_set(err, errno, "finding %s", sandbox_ifname);
+	}
 	if (setns(home, CLONE_NEWNET) < 0)
 		return lb_error_set(err, ENOTRECOVERABLE, "returning to the host's network namespace");
 	if (r < 0)
 		return r;
 
-	r = link_up_index(sock, 1, "lo", err); /* lo is link 1 of every network namespace */
-	if (r < 0 || !sandbox_ifname || !a)
-		return r;
-	_cleanup_link_ struct rtnl_link *cur = NULL;
-	r = rtnl_link_get_kernel(sock, 0, sandbox_ifname, &cur);
-	if (r < 0)
-		return lb_error_setx(err, nl_errno(r), "finding %s: %s", sandbox_ifname, nl_geterror(r));
-	int ifindex = rtnl_link_get_ifindex(cur);
-	r = link_mac_bytes(cur, sandbox_ifname, ret_mac, err);
-	if (r == 0)
-		r = link_up_index(sock, ifindex, sandbox_ifname, err);
-	if (r == 0)
-		r = add_addr(sock, ifindex, a->addr, 30, err);
-	if (r == 0)
-		r = add_default_route(sock, ifindex, a->gateway, err);
-	if (r < 0 || !ipv6)
-		return r;
-	r = add_addr_family(sock, ifindex, AF_INET6, a->addr6, 126, err);
-	if (r == 0)
-		r = add_default_route_family(sock, ifindex, AF_INET6, a->gateway6, err);
-	if (r == 0)
-		r = add_neighbour(sock, ifindex, a->gateway6, a->host_mac, err);
-	return r;
+	struct pipeline p = { .sock = sock, .err = err };
+	queue_up(&p, 1, NULL); /* lo is link 1 of every network namespace */
+	if (sandbox_ifname && a) {
+		uint32_t addr = htonl(a->addr), gw = htonl(a->gateway);
+		queue_up(&p, ifindex, NULL);
+		queue_addr(&p, ifindex, AF_INET, &addr, 30);
+		queue_default_route(&p, ifindex, AF_INET, &gw);
+		if (ipv6) {
+			queue_addr(&p, ifindex, AF_INET6, a->addr6, 126);
+			queue_default_route(&p, ifindex, AF_INET6, a->gateway6);
+			queue_neighbour(&p, ifindex, a->gateway6, a->host_mac);
+		}
+	}
+	return finish(&p);
 }
 
 static int set_flag(const char *ifname, bool up, struct lb_error *err)
