@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -240,6 +241,55 @@ static void pool6(void **state)
 	assert_string_equal(inet_ntop(AF_INET6, a, s, sizeof(s)), "fd6c:6273::4:45c2");
 }
 
+/* A rendered tier file splits into its table block and the `add element` lines that connect a slot; anything else
+ * after the first element, or a line of another shape, is refused (net.c would then never warm a slot wrongly). */
+static void tier_elements_split(void **state)
+{
+	(void)state;
+	static const char *const tiers[] = { "web.nft", "packages.nft" };
+	for (size_t k = 0; k < 2; k++) {
+		char path[256], *tmpl = NULL, *out = NULL;
+		size_t len, n = 0, head = 0;
+		snprintf(path, sizeof(path), "%s/policy/network/%s", LENSBOX_SOURCE_DIR, tiers[k]);
+		assert_int_equal(lb_read_file_at(AT_FDCWD, path, 1 << 20, &tmpl, &len), 0);
+		struct lb_nft_vars v;
+		struct lb_error err;
+		assert_int_equal(lb_nft_vars_init(&v, NULL, NULL, 0, 0), 0);
+		v.slot = 7;
+		assert_int_equal(lb_nft_render(k ? LB_NFT_PACKAGES : LB_NFT_WEB, tmpl, &v, &out, &err), 0);
+		struct lb_nft_element els[LB_NFT_MAX_ELEMENTS];
+		assert_int_equal(lb_nft_split_elements(out, els, &n, &head), 0);
+		assert_int_equal(n, 4);
+		assert_string_equal(els[0].map, "sandbox_pre");
+		assert_string_equal(els[0].key, "lbh7");
+		assert_string_equal(els[0].chain, "sb7_pre");
+		assert_string_equal(els[3].chain, "sb7_fwd");
+		assert_null(strstr(out + head - 2, "table inet")); /* the head ends with the table block */
+		assert_non_null(strstr(out, "table inet lensbox {"));
+		assert_true(strstr(out, "table inet lensbox {") < out + head);
+		free(out);
+		free(tmpl);
+	}
+	size_t n, head;
+	const char *good =
+	    "table inet lensbox {\n}\n\n# connect\nadd element inet lensbox sandbox_in { \"lbh1\" : jump "
+	    "sb1_in }\n";
+	assert_int_equal(lb_nft_split_elements(good, NULL, &n, &head), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(head, strlen("table inet lensbox {\n}\n\n# connect\n"));
+	const char *bad[] = {
+		"table inet lensbox {\n}\n",								   /* none */
+		"add element inet lensbox m { \"lbh1\" : jump sb1_in }\nadd rule inet lensbox x accept\n", /* a rule
+													      after */
+		"add element inet lensbox m { \"lbh1\" : accept }\n",		 /* not a jump */
+		"add element inet lensbox m { \"lbh1\" : jump sb1_in } extra\n", /* trailing words */
+		"add element inet other m { \"lbh1\" : jump sb1_in }\n",	 /* another table */
+		"add element inet lensbox m { \"lb h\" : jump sb1_in }\n",	 /* a name of another shape */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(lb_nft_split_elements(bad[i], NULL, &n, &head), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -249,6 +299,7 @@ int main(void)
 		cmocka_unit_test(nat64_prefix_listed_itself),
 		cmocka_unit_test(denied_sets_rendered),
 		cmocka_unit_test(pool6),
+		cmocka_unit_test(tier_elements_split),
 	};
 	return cmocka_run_group_tests(tests, load, unload);
 }
