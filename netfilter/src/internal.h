@@ -22,9 +22,7 @@
 struct lb_slot {
 	bool used;
 	enum lb_tier tier;
-	enum lb_tier warm; /* !used: the tier whose objects (sb<N>_*) stay loaded for the next sandbox of that tier,
-			      without map elements or veth; LB_TIER_OFF when nothing of the slot is loaded */
-	bool flowdev;	   /* its veth was added to the flowtable at attach */
+	bool flowdev; /* its veth was added to the flowtable at attach */
 	char name[64];
 	int host_ifindex;
 	unsigned dns_inflight; /* this sandbox's share of the services' bounds, so one cannot starve others */
@@ -95,6 +93,10 @@ struct lb_net {
 	uint32_t dns_per_sandbox, relay_per_sandbox; /* each sandbox's share of the services' bounds */
 	uint32_t veth_gso_max;			     /* cfg->veth_gso_max or its default */
 	unsigned warm_slots;			     /* cfg->warm_slots: kept per tier (0: none) */
+	/* under lock: the warm slots of each tier, !used, their objects (sb<N>_*) loaded without map element or veth
+	 * for the next sandbox of that tier */
+	unsigned warm[LB_TIER_COUNT][LB_NET_MAX_WARM_SLOTS];
+	unsigned n_warm[LB_TIER_COUNT];
 	char *web_template, *packages_template;
 	char *offload_template;			     /* offload.nft; NULL when cfg->no_flow_offload */
 	char *services_template;		     /* services.nft; NULL unless the services run as services_uid */

@@ -525,12 +525,22 @@ static void slot_ifname(unsigned slot, char buf[16])
 	snprintf(buf, 16, LB_NET_IFPREFIX "%u", slot);
 }
 
-static unsigned warm_count_locked(const struct lb_net *ctx, enum lb_tier t)
+static bool is_warm_locked(const struct lb_net *ctx, unsigned slot)
 {
-	unsigned n = 0;
-	for (size_t i = 0; i < ctx->n_slots; i++)
-		n += !ctx->slots[i].used && ctx->slots[i].warm == t;
-	return n;
+	for (size_t t = 0; t < LB_TIER_COUNT; t++)
+		for (unsigned k = 0; k < ctx->n_warm[t]; k++)
+			if (ctx->warm[t][k] == slot)
+				return true;
+	return false;
+}
+
+/* Takes the last warm slot of tier t off its list. */
+static bool warm_take_locked(struct lb_net *ctx, enum lb_tier t, unsigned *ret)
+{
+	if (ctx->n_warm[t] == 0)
+		return false;
+	*ret = ctx->warm[t][--ctx->n_warm[t]];
+	return true;
 }
 
 static int slot_elements(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_nft_element *els, size_t *n,
@@ -547,7 +557,7 @@ static int teardown_slot(struct lb_net *ctx, unsigned slot, bool keep_warm, stru
 	pthread_mutex_lock(&ctx->lock);
 	enum lb_tier t = ctx->slots[slot].tier;
 	bool flowdev = ctx->slots[slot].flowdev;
-	bool to_warm = keep_warm && t != LB_TIER_OFF && warm_count_locked(ctx, t) < ctx->warm_slots;
+	bool to_warm = keep_warm && t != LB_TIER_OFF && ctx->n_warm[t] < ctx->warm_slots;
 	pthread_mutex_unlock(&ctx->lock);
 	struct lb_error werr;
 	if (to_warm && disconnect_to_warm(ctx, slot, t, flowdev, &werr) == 0)
@@ -619,34 +629,40 @@ static int load_slot_rules(struct lb_net *ctx, unsigned slot, enum lb_tier t, bo
 	return 0;
 }
 
-/* The `add element` lines of slot's rules, parsed (nftpolicy.c checks that nothing else follows the objects). */
-static int slot_elements(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_nft_element *els, size_t *n,
-			 struct lb_error *err)
-{
-	_cleanup_free_ char *rules = NULL;
-	int r = render_slot(ctx, slot, t, &rules, err);
-	if (r < 0)
-		return r;
-	if (lb_nft_split_elements(rules, els, n, NULL) < 0)
-		return lb_error_setx(err, EINVAL,
-				     "network/%s.nft: expected the table block, then only lines `add element inet "
-				     "lensbox MAP { \"KEY\" : jump CHAIN }`",
-				     lb_tier_name(t));
-	return 0;
-}
-
-/* Loads slot's objects for tier t without its map elements: nothing reaches them until a sandbox is connected. */
-static int warm_up(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_error *err)
+/* slot's rules rendered and split (nftpolicy.c): *ret_rules cut after its objects (may be NULL), its `add element`
+ * lines parsed into els (may be NULL). */
+static int slot_parts(struct lb_net *ctx, unsigned slot, enum lb_tier t, char **ret_rules, struct lb_nft_element *els,
+		      size_t *n, struct lb_error *err)
 {
 	_cleanup_free_ char *rules = NULL;
 	size_t head = 0;
 	int r = render_slot(ctx, slot, t, &rules, err);
 	if (r < 0)
 		return r;
-	if (lb_nft_split_elements(rules, NULL, NULL, &head) < 0)
-		return lb_error_setx(err, EINVAL, "network/%s.nft: no `add element` lines after the table block",
+	if (lb_nft_split_elements(rules, els, n, &head) < 0)
+		return lb_error_setx(err, EINVAL,
+				     "network/%s.nft: expected the table block, then only lines `add element inet "
+				     "lensbox MAP { \"KEY\" : jump CHAIN }`",
 				     lb_tier_name(t));
 	rules[head] = '\0';
+	if (ret_rules)
+		*ret_rules = TAKE_PTR(rules);
+	return 0;
+}
+
+static int slot_elements(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_nft_element *els, size_t *n,
+			 struct lb_error *err)
+{
+	return slot_parts(ctx, slot, t, NULL, els, n, err);
+}
+
+/* Loads slot's objects for tier t without its map elements: nothing reaches them until a sandbox is connected. */
+static int warm_up(struct lb_net *ctx, unsigned slot, enum lb_tier t, struct lb_error *err)
+{
+	_cleanup_free_ char *rules = NULL;
+	int r = slot_parts(ctx, slot, t, &rules, NULL, NULL, err);
+	if (r < 0)
+		return r;
 	r = lb_nft_run(rules, NULL, err);
 	if (r < 0)
 		return lb_error_wrap(err, "loading network/%s.nft for a warm slot", lb_tier_name(t));
@@ -665,9 +681,9 @@ static void fill_warm(struct lb_net *ctx, unsigned max_new)
 		while (made < max_new) {
 			long slot = -1;
 			pthread_mutex_lock(&ctx->lock);
-			if (warm_count_locked(ctx, tiers[k]) < ctx->warm_slots)
+			if (ctx->n_warm[tiers[k]] < ctx->warm_slots)
 				for (size_t i = ctx->n_slots; i-- > 0;)
-					if (!ctx->slots[i].used && ctx->slots[i].warm == LB_TIER_OFF) {
+					if (!ctx->slots[i].used && !is_warm_locked(ctx, (unsigned)i)) {
 						slot = (long)i;
 						break;
 					}
@@ -681,7 +697,9 @@ static void fill_warm(struct lb_net *ctx, unsigned max_new)
 			if (r < 0)
 				(void)lb_nft_remove_slot((unsigned)slot, &e);
 			pthread_mutex_lock(&ctx->lock);
-			ctx->slots[slot] = (struct lb_slot){ .warm = r == 0 ? tiers[k] : LB_TIER_OFF };
+			ctx->slots[slot] = (struct lb_slot){ 0 };
+			if (r == 0)
+				ctx->warm[tiers[k]][ctx->n_warm[tiers[k]]++] = (unsigned)slot;
 			pthread_mutex_unlock(&ctx->lock);
 			if (r < 0)
 				return;
@@ -743,9 +761,14 @@ static int disconnect_to_warm(struct lb_net *ctx, unsigned slot, enum lb_tier t,
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&ctx->lock);
-	ctx->slots[slot] = (struct lb_slot){ .warm = t };
+	bool room = ctx->n_warm[t] < ctx->warm_slots;
+	if (room) {
+		ctx->slots[slot] = (struct lb_slot){ 0 };
+		ctx->warm[t][ctx->n_warm[t]++] = slot;
+	}
 	pthread_mutex_unlock(&ctx->lock);
-	return 0;
+	/* another detach filled the list meanwhile: the caller removes the objects as for a cold slot */
+	return room ? 0 : lb_error_setx(err, ENOSPC, "no room for another warm slot");
 }
 
 int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_tier t, struct lb_net_info *ret_info,
@@ -773,18 +796,14 @@ int lb_net_attach(struct lb_net *ctx, const char *name, int netns_fd, enum lb_ti
 	/* A warm slot of this tier first; else a cold one; else one kept warm for the other tier, emptied first. */
 	pthread_mutex_lock(&ctx->lock);
 	unsigned slot = 0;
-	bool found = false, warm = false, other = false;
-	for (int pass = 0; pass < 3 && !found; pass++)
-		for (size_t i = 0; i < ctx->n_slots; i++) {
-			const struct lb_slot *s = &ctx->slots[i];
-			if (s->used || (pass == 0 && s->warm != t) || (pass == 1 && s->warm != LB_TIER_OFF))
-				continue;
+	bool warm = warm_take_locked(ctx, t, &slot), found = warm, other = false;
+	for (size_t i = 0; i < ctx->n_slots && !found; i++)
+		if (!ctx->slots[i].used && !is_warm_locked(ctx, (unsigned)i)) {
 			slot = (unsigned)i;
 			found = true;
-			warm = pass == 0;
-			other = pass == 2;
-			break;
 		}
+	if (!found)
+		found = other = warm_take_locked(ctx, t == LB_TIER_WEB ? LB_TIER_PACKAGES : LB_TIER_WEB, &slot);
 	if (found) {
 		ctx->slots[slot] = (struct lb_slot){ .used = true, .tier = LB_TIER_OFF };
 		snprintf(ctx->slots[slot].name, sizeof(ctx->slots[slot].name), "%s", name);
@@ -911,7 +930,7 @@ int lb_net_reconcile(struct lb_net *ctx, const char *const *known, size_t n_know
 	for (size_t i = 0; i < ctx->n_slots; i++) {
 		pthread_mutex_lock(&ctx->lock);
 		bool used = ctx->slots[i].used;
-		bool warm = ctx->slots[i].warm != LB_TIER_OFF;
+		bool warm = !used && present[i] && is_warm_locked(ctx, (unsigned)i);
 		char name[64];
 		memcpy(name, ctx->slots[i].name, sizeof(name));
 		pthread_mutex_unlock(&ctx->lock);
@@ -1010,9 +1029,7 @@ static int verify_with(struct lb_net *ctx, bool *present, bool *broken, unsigned
 static void forget_warm(struct lb_net *ctx)
 {
 	pthread_mutex_lock(&ctx->lock);
-	for (size_t i = 0; i < ctx->n_slots; i++)
-		if (!ctx->slots[i].used)
-			ctx->slots[i].warm = LB_TIER_OFF;
+	memset(ctx->n_warm, 0, sizeof(ctx->n_warm));
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -1086,10 +1103,9 @@ void lb_net_health(struct lb_net *ctx, struct lb_net_health *h)
 	uint64_t fwd = 0;
 	h->ip_forward = lb_read_u64_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_forward", &fwd) == 0 && fwd == 1;
 	pthread_mutex_lock(&ctx->lock);
-	for (size_t i = 0; i < ctx->n_slots; i++) {
+	for (size_t i = 0; i < ctx->n_slots; i++)
 		h->sandboxes += ctx->slots[i].used;
-		h->warm_slots += !ctx->slots[i].used && ctx->slots[i].warm != LB_TIER_OFF;
-	}
+	h->warm_slots = ctx->n_warm[LB_TIER_WEB] + ctx->n_warm[LB_TIER_PACKAGES];
 	pthread_mutex_unlock(&ctx->lock);
 	char a[16];
 	inet_ntop(AF_INET, &ctx->upstream.sin_addr, a, sizeof(a));
