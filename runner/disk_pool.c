@@ -7,17 +7,20 @@
  *
  *   <pool>/<bytes>.<pid>-<n>.img   an empty ext4 image of exactly <bytes>, made by mke2fs, root directory 0:0 0755
  *   <pool>/<bytes>.<pid>-<n>.new   one being made (only while a refiller holds <pool>/.lock)
- *   <pool>/<bytes>.template        an empty ext4 image of <bytes> kept as the model: made once by mke2fs, then every
- *                                  image of that size is a sparse copy of it (copy_file_range of its few hundred KiB
- *                                  of metadata: no mke2fs process, no fsyncs), by the refiller and, when the pool is
- *                                  empty, by lb_disk_prepare itself
+ *   <pool>/<bytes>.template        an empty ext4 image of <bytes> kept as the model: made once by mke2fs, its
+ *                                  lost+found removed by debugfs, then every image of that size is a sparse copy of
+ *                                  it (copy_file_range of its few hundred KiB of metadata: no mke2fs process), by the
+ *                                  refiller and, when the pool is empty, by lb_disk_prepare itself
  *   <pool>/.lock                   flock'ed by the one refiller at work
  *
  * lb_disk_pool_take() renames one image of the right size into <storage>/disk.img: rename() is atomic, so two starts
  * can never get the same image (the loser sees ENOENT and tries the next name), and a crash leaves the image either
  * in the pool or in the storage, never half in both. The storage root's owner (the sandbox's host uid) is set at
- * every mount by sandbox.c, as it was for images whose uid changed; lost+found is removed at the first mount, as for
- * an image mke2fs just made. lb_disk_pool_refill() then starts, detached, a refiller that tops the pool up to
+ * every mount by sandbox.c, as it was for images whose uid changed; an image made without the template still has
+ * mke2fs's lost+found, removed at its first mount. The refiller writes each image through to the host's disk
+ * (fdatasync) before it names it .img: the loop device's attach flushes the image's dirty pages and extents, which
+ * cost a fresh copy 0.5-0.9 ms of its start when they were still in memory, and a crash never leaves a half-written
+ * image in the pool. lb_disk_pool_refill() then starts, detached, a refiller that tops the pool up to
  * LB_DISK_POOL_TARGET images of that size under the lock, a moment later and only with the CPU and disk time nothing
  * else wants (SCHED_IDLE, the idle I/O class), so it takes no time from runs. Without an image of the right size (a
  * pool not yet filled, a size not seen before, a pool on another filesystem than the storage: EXDEV), the caller
@@ -38,7 +41,7 @@
  *
  * The refiller is forked from a possibly multithreaded process: everything it needs (names, argv, fds) is prepared
  * before the fork, and it makes raw, async-signal-safe calls only (open, ftruncate, raw clone, execve, poll, wait4,
- * rename).
+ * fdatasync, rename).
  */
 /* Paths built here come from bounded parts (the pool path checked against PATH_MAX, numeric names). */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
@@ -145,10 +148,11 @@ struct refill {
 	char img[LB_DISK_POOL_TARGET + 1][POOL_NAME_MAX];
 	char path[LB_DISK_POOL_TARGET + 1][POOL_NAME_MAX + 32]; /* the .new file for mke2fs: /proc/self/fd/<pool_fd>/ */
 	char *argv[LB_DISK_POOL_TARGET + 1][12];
+	char *debugfs_argv[6]; /* for the template, once mke2fs made it */
 	uint64_t bytes;
 };
 
-static char *const mke2fs_envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
+static char *const tool_envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
 
 /* Waits for the refiller's child pid to end, or the caller to: true when the caller ended first. */
 static bool caller_ended(struct refill *r, pid_t pid)
@@ -207,47 +211,56 @@ int lb_disk_pool_copy_template(const char *pool, uint64_t disk_bytes, int to)
 	return copy_sparse(from, to, disk_bytes);
 }
 
+/* Runs one tool (mke2fs or debugfs, at either path) with the argv prepared for it; true when it exited 0. Raw calls
+ * only.
+ * Not glibc's fork(): its atfork handlers take malloc's and other locks, which another thread of the caller may have
+ * held at the instant this process was copied, and would wait for them forever. */
+static bool run_tool(struct refill *r, char *const argv[], const char *usr_sbin, const char *sbin)
+{
+	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
+	if (pid == 0) {
+		/* a refiller that ends (its caller gone) takes its tool with it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(r->null_fd, 0);
+		dup2(r->null_fd, 1);
+		dup2(r->null_fd, 2);
+		fcntl(r->pool_fd, F_SETFD, 0); /* the tool opens its image through /proc/self/fd/<pool_fd> */
+		execve(usr_sbin, argv, tool_envp);
+		execve(sbin, argv, tool_envp);
+		_exit(127);
+	}
+	if (pid < 0)
+		return false;
+	bool ok = true;
+	if (r->caller_fd >= 0 && caller_ended(r, pid)) {
+		kill(pid, SIGKILL);
+		ok = false;
+	}
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 /* One image: the sized sparse file, a copy of the template when there is one (a few hundred KiB of copy_file_range
- * instead of a mke2fs process and its four fsyncs), else mke2fs on it; then its final name. Raw calls only. */
+ * instead of a mke2fs process and its four fsyncs), else mke2fs on it (the template: and debugfs removing its
+ * lost+found); written through to disk; then its final name. Raw calls only. */
 static bool refill_one(struct refill *r, int i)
 {
 	int fd = openat(r->pool_fd, r->tmp[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return false;
+	bool ok;
 	if (i != TEMPLATE && r->template_fd >= 0) {
-		bool ok = copy_sparse(r->template_fd, fd, r->bytes) == 0;
-		close(fd);
-		ok = ok && renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
-		if (!ok)
-			unlinkat(r->pool_fd, r->tmp[i], 0);
-		return ok;
+		ok = copy_sparse(r->template_fd, fd, r->bytes) == 0;
+	} else {
+		ok = ftruncate(fd, (off_t)r->bytes) == 0 && run_tool(r, r->argv[i], "/usr/sbin/mke2fs", "/sbin/mke2fs");
+		if (ok && i == TEMPLATE)
+			ok = run_tool(r, r->debugfs_argv, "/usr/sbin/debugfs", "/sbin/debugfs");
 	}
-	bool ok = ftruncate(fd, (off_t)r->bytes) == 0;
+	ok = ok && fdatasync(fd) == 0;
 	close(fd);
-	/* Not glibc's fork(): its atfork handlers take malloc's and other locks, which another thread of the caller may
-	 * have held at the instant this process was copied, and would wait for them forever. */
-	pid_t pid = ok ? (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL) : -1;
-	if (pid == 0) {
-		/* a refiller that ends (its caller gone) takes its mke2fs with it */
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(r->null_fd, 0);
-		dup2(r->null_fd, 1);
-		dup2(r->null_fd, 2);
-		fcntl(r->pool_fd, F_SETFD, 0); /* mke2fs opens its image through /proc/self/fd/<pool_fd> */
-		execve("/usr/sbin/mke2fs", r->argv[i], mke2fs_envp);
-		execve("/sbin/mke2fs", r->argv[i], mke2fs_envp);
-		_exit(127);
-	}
-	int status = 0;
-	if (pid > 0 && r->caller_fd >= 0 && caller_ended(r, pid)) {
-		kill(pid, SIGKILL);
-		ok = false;
-	}
-	if (pid > 0)
-		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-			;
-	ok = ok && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
-	     renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
+	ok = ok && renameat(r->pool_fd, r->tmp[i], r->pool_fd, r->img[i]) == 0;
 	if (!ok)
 		unlinkat(r->pool_fd, r->tmp[i], 0);
 	return ok;
@@ -387,6 +400,10 @@ int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound)
 	snprintf(r->tmp[TEMPLATE], POOL_NAME_MAX, "%stemplate.new", prefix);
 	snprintf(r->img[TEMPLATE], POOL_NAME_MAX, "%stemplate", prefix);
 	refill_argv(r, TEMPLATE, fd);
+	/* The template's lost+found goes before the first copy: a new storage's start then has nothing to remove
+	 * (a journal transaction at the first mount before). e2fsck makes it again if it ever needs it. */
+	char *const debugfs_argv[] = { "debugfs", "-w", "-R", "rmdir lost+found", r->path[TEMPLATE], NULL };
+	memcpy(r->debugfs_argv, debugfs_argv, sizeof(debugfs_argv));
 	/* The intermediate child borrows our memory (CLONE_VM, we are suspended until it exits, on a stack of its own
 	 * in this frame, signals blocked so no handler of ours runs in it); only the refiller's fork copies it. */
 	_Alignas(16) char stack[16384];

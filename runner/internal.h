@@ -78,7 +78,7 @@ int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, 
 int lb_disk_attach(const char *storage, char *dev, size_t devsize, struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released). */
-int lb_disk_mount(const char *storage, const char *mountpoint, struct lb_error *err);
+int lb_disk_mount(const char *storage, const char *mountpoint, bool throwaway, struct lb_error *err);
 /* Detaches the storage mount at mountpoint at once, in two halves so the caller can work while the flusher gets
  * going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background flusher that holds the
  * storage lock (lock_fd, shared with it); lb_disk_detach_finish() reaps the flusher's intermediate child and drops the

@@ -609,7 +609,7 @@ static int start_storage(struct start *s, struct lb_error *err)
 	bool fresh_fs = r == 1;
 	s->refill = fresh_fs && have_pool;
 	s->disk_bytes = disk;
-	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, err)) < 0) {
+	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, spec->storage_throwaway && fresh_fs, err)) < 0) {
 		lb_error_wrap(err, "mounting the storage");
 		return r;
 	}

@@ -459,6 +459,8 @@ static int build_spec(const struct options *o, const struct lb_policy *policy, s
 	spec->hostname = o->hostname;
 	spec->storage = o->storage;
 	spec->disk_pool = o->disk_pool ? o->disk_pool : default_disk_pool(o->storage);
+	/* removed after the stop: a storage this start makes is mounted without barriers (one that exists is not) */
+	spec->storage_throwaway = !o->keep;
 	spec->run_dir = o->run_dir;
 	spec->host_uid = (uid_t)o->uid;
 	spec->host_gid = (gid_t)o->gid;

@@ -53,6 +53,25 @@ def test_new_storage_is_empty(env):
     assert r["stdout"] == "[]\n", r
 
 
+def storage_mount_options(env, storage, keep):
+    r = env.run(["cat", "/proc/self/mountinfo"], storage=storage, keep=keep)
+    assert r.get("exit_code") == 0, r
+    lines = [line for line in r["stdout"].splitlines() if line.split()[4] == "/sandbox"]
+    assert len(lines) == 1, r["stdout"]
+    return lines[0].split(" - ")[1].split()[2].split(",")
+
+
+def test_only_a_storage_made_to_be_thrown_away_skips_write_barriers(env):
+    """A kept storage must survive a host crash: its filesystem flushes through to the host's disk (barriers on).
+    One the tool makes and removes after the run (no --keep) is mounted nobarrier; an existing storage run without
+    --keep (removed afterwards, but its files were someone's until now) keeps its barriers while it runs."""
+    st = env.storage("barriers")
+    assert "nobarrier" not in storage_mount_options(env, st, keep=True)
+    assert "nobarrier" not in storage_mount_options(env, st, keep=False)  # existed: removed after, barriers on
+    assert not os.path.exists(st)
+    assert "nobarrier" in storage_mount_options(env, env.storage("throwaway"), keep=False)
+
+
 def test_disk_limit_gives_enospc_and_bounds_host_usage(env):
     st = env.storage("full")
     code = (

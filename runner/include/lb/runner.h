@@ -80,6 +80,11 @@ struct lb_sandbox_spec {
 	/* The pool's refiller ends with the process that started it (lensboxd: a killed daemon leaves nothing running);
 	 * false lets it finish after the caller exits (lensbox-runner). */
 	bool disk_pool_bound;
+	/* The caller removes the storage right after this sandbox's stop (lensbox-runner without --keep, on a storage
+	 * it made): the filesystem is mounted without write barriers (nobarrier), so its shutdown at stop writes the
+	 * journal and superblock to the image without flushing them through to the host's disk, which only a storage
+	 * that must survive a host crash needs (runner/disk.c). Never for a storage anyone keeps. */
+	bool storage_throwaway;
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;

@@ -122,6 +122,15 @@ static void refill_then_take(void **state)
 	char cmd[2048];
 	snprintf(cmd, sizeof(cmd), "cmp -s '%s' '%s' && e2fsck -fn '%s' >/dev/null 2>&1", tpl, copy, copy);
 	assert_int_equal(system(cmd), 0);
+	/* The template's root is empty: mke2fs's lost+found went before the first copy (nothing to remove at a new
+	 * storage's first mount). debugfs lists "." and ".." and nothing else. */
+	snprintf(cmd, sizeof(cmd), "debugfs -R 'ls -p /' '%s' 2>/dev/null | grep -c '^/'", tpl);
+	FILE *ls = popen(cmd, "r");
+	assert_non_null(ls);
+	int entries = -1;
+	assert_int_equal(fscanf(ls, "%d", &entries), 1);
+	pclose(ls);
+	assert_int_equal(entries, 2);
 	unlink(copy);
 }
 
