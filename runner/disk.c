@@ -263,13 +263,7 @@ static int image_in_use(const char *storage)
 {
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/" DISK_IMAGE, storage);
-	_cleanup_close_ int fd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fcntl(fd, F_SETLEASE, F_WRLCK) < 0)
-		return errno == EAGAIN ? 1 : -errno;
-	(void)fcntl(fd, F_SETLEASE, F_UNLCK);
-	return 0;
+	return lb_disk_file_in_use(AT_FDCWD, img);
 }
 
 int lb_disk_wait_released(const char *storage, int timeout_ms)
@@ -424,6 +418,11 @@ int lb_disk_attach(const char *storage, char *dev, size_t devsize, struct lb_err
 	_cleanup_close_ int imgfd = open(img, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	if (imgfd < 0)
 		return lb_error_set(err, errno, "opening %s", img);
+	return lb_disk_attach_fd(imgfd, img, dev, devsize, err);
+}
+
+int lb_disk_attach_fd(int imgfd, const char *img, char *dev, size_t devsize, struct lb_error *err)
+{
 	struct lb_ext4_layout layout = { 0 };
 	(void)lb_disk_ext4_layout(imgfd, &layout); /* none found: no block size given, nothing read ahead */
 	long page = sysconf(_SC_PAGESIZE);

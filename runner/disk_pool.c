@@ -11,6 +11,9 @@
  *                                  lost+found removed by debugfs, then every image of that size is a sparse copy of
  *                                  it (copy_file_range of its few hundred KiB of metadata: no mke2fs process), by the
  *                                  refiller and, when the pool is empty, by lb_disk_prepare itself
+ *   <pool>/<bytes>.<pid>-<n>.ready an image taken for lensboxd's ready storages (disk_ready.c): attached and mounted,
+ *                                  held by lensboxd's descriptors; named .img again by the next refill once nothing
+ *                                  holds it (its holder died)
  *   <pool>/.lock                   flock'ed by the one refiller at work
  *
  * lb_disk_pool_take() renames one image of the right size into <storage>/disk.img: rename() is atomic, so two starts
@@ -83,7 +86,7 @@
 
 /* Opens the pool directory, creating it if asked; -EPERM unless it is root's own (our euid's) and 0700: an image
  * found in a directory anyone else can write to could be crafted, and the kernel would mount it. */
-static int pool_open(const char *pool, bool create)
+int lb_disk_pool_open(const char *pool, bool create)
 {
 	if (create && mkdir(pool, 0700) < 0 && errno != EEXIST)
 		return -errno;
@@ -98,6 +101,18 @@ static int pool_open(const char *pool, bool create)
 	return fd;
 }
 
+/* As image_in_use in disk.c explains: a write lease is granted only on a file nobody else has open for writing. */
+int lb_disk_file_in_use(int dirfd, const char *name)
+{
+	_cleanup_close_ int fd = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (fcntl(fd, F_SETLEASE, F_WRLCK) < 0)
+		return errno == EAGAIN ? 1 : -errno;
+	(void)fcntl(fd, F_SETLEASE, F_UNLCK);
+	return 0;
+}
+
 /* Whether name is <bytes>.<anything>.<suffix> for these bytes. */
 static bool pool_name_is(const char *name, const char *prefix, const char *suffix)
 {
@@ -107,7 +122,7 @@ static bool pool_name_is(const char *name, const char *prefix, const char *suffi
 
 int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
 {
-	_cleanup_close_ int fd = pool_open(pool, false);
+	_cleanup_close_ int fd = lb_disk_pool_open(pool, false);
 	if (fd < 0)
 		return fd;
 	char prefix[32];
@@ -197,7 +212,7 @@ static int copy_sparse(int from, int to, uint64_t size)
 
 int lb_disk_pool_copy_template(const char *pool, uint64_t disk_bytes, int to)
 {
-	_cleanup_close_ int fd = pool_open(pool, false);
+	_cleanup_close_ int fd = lb_disk_pool_open(pool, false);
 	if (fd < 0)
 		return fd;
 	char name[POOL_NAME_MAX];
@@ -320,7 +335,8 @@ static int refill_start(void *arg)
 	refill_main(arg);
 }
 
-/* Under the lock: removes dead refillers' .new files and counts the ready images of this size. */
+/* Under the lock: removes dead refillers' .new files, gives back ready images nobody holds (disk_ready.c) and counts
+ * the images of this size. */
 static int pool_count(int fd, const char *prefix)
 {
 	int dfd = dup(fd);
@@ -339,6 +355,15 @@ static int pool_count(int fd, const char *prefix)
 			(void)unlinkat(fd, de->d_name, 0);
 		else if (pool_name_is(de->d_name, prefix, ".img"))
 			n++;
+		else if (pool_name_is(de->d_name, prefix, ".ready") && len < POOL_NAME_MAX &&
+			 lb_disk_file_in_use(fd, de->d_name) == 0) {
+			/* A ready image whose holder is gone: its filesystem was shut down cleanly when the holder's
+			 * descriptors closed, and is as empty as when it was made. */
+			char img[POOL_NAME_MAX];
+			snprintf(img, sizeof(img), "%.*s.img", (int)(len - 6), de->d_name);
+			if (renameat(fd, de->d_name, fd, img) == 0)
+				n++;
+		}
 	}
 	return n;
 }
@@ -361,7 +386,7 @@ static void refill_argv(struct refill *r, int i, int pool_fd)
 
 int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound)
 {
-	_cleanup_close_ int fd = pool_open(pool, true);
+	_cleanup_close_ int fd = lb_disk_pool_open(pool, true);
 	if (fd < 0)
 		return fd;
 	_cleanup_close_ int lock = openat(fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -76,6 +76,8 @@ int lb_disk_prepare(const char *storage, const char *pool, uint64_t disk_bytes, 
  * loop device's fd and its path in dev. The caller holds the storage lock and has checked under it that no loop
  * device holds the image (lb_disk_wait_released). */
 int lb_disk_attach(const char *storage, char *dev, size_t devsize, struct lb_error *err);
+/* The same for an image already open (imgfd, read-write; img names it for the loop device). */
+int lb_disk_attach_fd(int imgfd, const char *img, char *dev, size_t devsize, struct lb_error *err);
 /* Attaches and mounts the image. The caller holds the storage lock (lb_disk_lock) and has checked under it that no
  * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, bool throwaway, struct lb_error *err);
@@ -113,6 +115,19 @@ int lb_disk_pool_refill(const char *pool, uint64_t disk_bytes, bool bound);
  * sparse: 0, -ENOENT when there is none yet, -EPERM as lb_disk_pool_take. Not fsynced: a new storage's first journal
  * commit or its unmount flushes it through the loop device. */
 int lb_disk_pool_copy_template(const char *pool, uint64_t disk_bytes, int to);
+/* Opens the pool directory (made if create), refusing one that is not root's own 0700: an fd or -errno. */
+int lb_disk_pool_open(const char *pool, bool create);
+/* Whether anything has dirfd/name open for writing (a loop device attached to it): 1, 0 (also when it does not
+ * exist), or -errno when write leases cannot answer. */
+int lb_disk_file_in_use(int dirfd, const char *name);
+/* disk_ready.c (not in the musl build of the tool) — ready storages and detached mounts. */
+/* The storage's filesystem (on the loop device dev) mounted nowhere, with a start's mount options and the given
+ * MOUNT_ATTR_* flags: the mount's fd, or -errno. */
+int lb_disk_mount_detached(const char *dev, unsigned attrs, struct lb_error *err);
+/* Makes the ready filesystem storage's: its image becomes <storage>/disk.img and its mount is attached at
+ * mountpoint. The caller holds the storage's lock and found no disk.img. On failure the caller still frees r (an
+ * image already moved stays the storage's, unmounted). */
+int lb_disk_ready_place(struct lb_disk_ready *r, const char *storage, const char *mountpoint, struct lb_error *err);
 /* The loop device that has storage/disk.img attached, or -ENOENT. */
 int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
 /* Waits up to timeout_ms until nothing has storage/disk.img open for writing (no loop device has it attached):

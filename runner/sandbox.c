@@ -489,6 +489,7 @@ struct start {
 	bool refill; /* a new storage: the pool's refill starts while the child builds the root */
 	uint64_t disk_bytes;
 	char pool[PATH_MAX];
+	struct lb_disk_ready *ready; /* the spec's, ours from the start's first step: placed, or freed unused */
 };
 
 /* Step 1: the cgroup (limits on <name>, leaves `init` and `run`), refused when one of this name holds processes. */
@@ -591,6 +592,40 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 	return 0;
 }
 
+/* The storage root belongs to the sandbox's host uid (a new image's is root's; the image may predate a uid change).
+ */
+static int give_storage_root(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_error *err)
+{
+	struct stat rst;
+	if (stat(sb->storage_mnt, &rst) < 0 ||
+	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
+	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0)))
+		return lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
+	return 0;
+}
+
+/* A new storage of the ready filesystem's size gets that filesystem (disk_ready.c): true when it is in place at the
+ * storage's mount point. Anything else (an existing storage, another size, a failure) leaves the usual way to
+ * lb_disk_prepare and lb_disk_mount: a ready filesystem only ever saves time. The ready one is freed either way. */
+static bool place_ready(struct start *s, uint64_t disk)
+{
+	bool placed = false;
+#ifdef LB_DISK_READY
+	char img[PATH_MAX];
+	struct stat st;
+	snprintf(img, sizeof(img), "%s/disk.img", s->spec->storage);
+	if (s->ready && lb_disk_ready_bytes(s->ready) == disk && lstat(img, &st) < 0 && errno == ENOENT) {
+		struct lb_error perr = { 0 };
+		placed = lb_disk_ready_place(s->ready, s->spec->storage, s->sb->storage_mnt, &perr) == 0;
+	}
+	lb_disk_ready_free(s->ready);
+#else
+	(void)disk;
+#endif
+	s->ready = NULL;
+	return placed;
+}
+
 /* Step 5, host half: the storage, mounted and given to the sandbox's host uid, while the child makes its network
  * namespace. */
 static int start_storage(struct start *s, struct lb_error *err)
@@ -601,6 +636,12 @@ static int start_storage(struct start *s, struct lb_error *err)
 	int r;
 	bool have_pool = spec->disk_pool && spec->disk_pool[0] &&
 			 (size_t)snprintf(s->pool, sizeof(s->pool), "%s", spec->disk_pool) < sizeof(s->pool);
+	s->disk_bytes = disk;
+	if (place_ready(s, disk)) {
+		s->refill = false; /* the pool lost its image when the ready filesystem was made, and refilled then */
+		s->have_disk = true;
+		return give_storage_root(sb, spec, err);
+	}
 	if ((r = lb_disk_prepare(spec->storage, have_pool ? s->pool : NULL, disk, spec->host_uid, spec->host_gid,
 				 err)) < 0) {
 		lb_error_wrap(err, "preparing the storage");
@@ -608,7 +649,6 @@ static int start_storage(struct start *s, struct lb_error *err)
 	}
 	bool fresh_fs = r == 1;
 	s->refill = fresh_fs && have_pool;
-	s->disk_bytes = disk;
 	if ((r = lb_disk_mount(spec->storage, sb->storage_mnt, spec->storage_throwaway && fresh_fs, err)) < 0) {
 		lb_error_wrap(err, "mounting the storage");
 		return r;
@@ -622,13 +662,7 @@ static int start_storage(struct start *s, struct lb_error *err)
 		snprintf(lf, sizeof(lf), "%s/lost+found", sb->storage_mnt);
 		(void)rmdir(lf);
 	}
-	/* The storage root belongs to the sandbox's host uid (the image may predate a uid change). */
-	struct stat rst;
-	if (stat(sb->storage_mnt, &rst) < 0 ||
-	    ((rst.st_uid != spec->host_uid || rst.st_gid != spec->host_gid || (rst.st_mode & 07777) != 0755) &&
-	     (chown(sb->storage_mnt, spec->host_uid, spec->host_gid) < 0 || chmod(sb->storage_mnt, 0755) < 0)))
-		return lb_error_set(err, errno, "giving the storage root to uid %u", (unsigned)spec->host_uid);
-	return 0;
+	return give_storage_root(sb, spec, err);
 }
 
 /* The end of step 5 and step 6 as the parent sees it: releases the child and reads its reports until it is ready;
@@ -690,17 +724,29 @@ static void start_release(struct start *s)
 		waitpid(s->pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(s->plan);
+#ifdef LB_DISK_READY
+	lb_disk_ready_free(s->ready); /* a start that failed before its storage step */
+#endif
+	s->ready = NULL;
 }
 
 int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
 {
 	struct lb_sandbox *sb = NULL;
 	int r = sandbox_new(spec, &sb, err);
-	if (r < 0)
+	if (r < 0) {
+#ifdef LB_DISK_READY
+		lb_disk_ready_free(spec->disk_ready);
+#endif
 		return r;
-	struct start s = {
-		.sb = sb, .spec = spec, .release = { -1, -1 }, .report = { -1, -1 }, .init_fd = -1, .pid = -1
-	};
+	}
+	struct start s = { .sb = sb,
+			   .spec = spec,
+			   .release = { -1, -1 },
+			   .report = { -1, -1 },
+			   .init_fd = -1,
+			   .pid = -1,
+			   .ready = spec->disk_ready };
 
 	if ((r = start_cgroup(&s, err)) < 0)
 		goto fail;

@@ -27,26 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The storage's filesystem on a new detached mount, as lb_disk_mount mounts it for a start. */
-static int mount_detached(const char *dev, struct lb_error *err)
-{
-	_cleanup_close_ int fs = fsopen("ext4", FSOPEN_CLOEXEC);
-	if (fs < 0)
-		return lb_error_set(err, errno, "opening an ext4 filesystem context");
-	if (fsconfig(fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_STRING, "errors", "remount-ro", 0) < 0 ||
-	    fsconfig(fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0)
-		return lb_error_set(err, errno, "configuring the mount of %s", dev);
-	(void)fsconfig(fs, FSCONFIG_SET_FLAG, "no_prefetch_block_bitmaps", NULL, 0); /* unknown before 5.9 */
-	if (fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-		return lb_error_set(err, errno, "mounting %s", dev);
-	int mnt =
-	    fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOATIME);
-	if (mnt < 0)
-		return lb_error_set(err, errno, "mounting %s", dev);
-	return mnt;
-}
-
 /* The root belongs to the sandbox's host ids, 0755 (a new image's is root's; the ids may have changed). Safe as root:
  * the fd is the filesystem's root itself, no path is followed; a new image's lost+found is empty, rmdir removes only
  * an empty directory. */
@@ -86,7 +66,8 @@ int lb_storage_open(const struct lb_storage_spec *spec, struct lb_storage *ret, 
 	_cleanup_close_ int lfd = lb_disk_attach(spec->storage, dev, sizeof(dev), err);
 	if (lfd < 0)
 		return lfd;
-	_cleanup_close_ int mnt = mount_detached(dev, err);
+	_cleanup_close_ int mnt = lb_disk_mount_detached(
+	    dev, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC | MOUNT_ATTR_NOATIME, err);
 	if (mnt < 0)
 		return mnt; /* closing lfd detaches the loop device (autoclear, nothing mounted it) */
 	if ((r = give_root(mnt, fresh, spec->host_uid, spec->host_gid, err)) < 0)

@@ -88,6 +88,10 @@ static const struct key_def keys[] = {
 	{ "max_running", K_U32, FN(max_running), 1, 4096, "16", "running sandboxes at once (1-4096)" },
 	{ "spare_sandboxes", K_U32, FN(spare_sandboxes), 0, 64, "1",
 	  "sandboxes of the default spec kept started ahead of time for new conversations (0-64); 0: none" },
+	{ "ready_storages", K_U32, FN(ready_storages), 0, 16, "2",
+	  "empty storage filesystems of the default disk size kept mounted ahead of time for new sandboxes that no "
+	  "spare "
+	  "serves (0-16); 0: none" },
 	{ "max_connections", K_U32, FN(max_connections), 8, 4096, "512", "simultaneous API connections (8-4096)" },
 	{ "connection_timeout_seconds", K_U32, FN(connection_timeout_seconds), 5, 3600, "900",
 	  "an idle or stalled connection is closed after this long (5-3600)" },

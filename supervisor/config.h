@@ -43,6 +43,7 @@ struct lbd_config {
 	uint32_t default_output_limit; /* characters of stdout (head) and stderr (tail) */
 	uint32_t max_running;	       /* running sandboxes at once */
 	uint32_t spare_sandboxes;      /* started ahead of time for new conversations (spares.c) */
+	uint32_t ready_storages;       /* new storages' filesystems mounted ahead of time (ready.c) */
 	uint32_t max_connections;      /* simultaneous API connections */
 	uint32_t connection_timeout_seconds;
 	uint32_t uid_range_start; /* first host uid (and gid) handed to sandboxes */

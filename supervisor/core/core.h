@@ -84,6 +84,7 @@ struct lbd {
 	int64_t started_at_ms;
 
 	struct lbd_spares *spares; /* NULL until lbd_spares_start() */
+	struct lbd_ready *ready;   /* NULL until lbd_ready_start() */
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
 	struct lbd_sandbox *table;
@@ -258,6 +259,19 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 		      struct lb_sandbox **ret_live, uint32_t *ret_uid);
 /* Spares ready now and the configured target, for health. */
 void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
+
+/* ---- ready.c ---- */
+
+#define LBD_READY_MAX 16 /* ready_storages' upper bound */
+/* Starts the thread that keeps cfg.ready_storages empty filesystems of the default disk size mounted ahead of time
+ * (none when 0). After reconciliation; lbd_ready_stop() gives their images back to the disk pool. */
+int lbd_ready_start(struct lbd *d, struct lb_error *err);
+void lbd_ready_stop(struct lbd *d);
+/* One ready filesystem of disk_bytes for a start whose storage does not exist yet (the caller hands it to
+ * lb_sandbox_start in lb_sandbox_spec.disk_ready), or NULL when none is ready. */
+struct lb_disk_ready *lbd_ready_take(struct lbd *d, uint64_t disk_bytes);
+/* Ready filesystems now and the configured target, for health. */
+void lbd_ready_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
 
 /* ---- network.c ---- */
 

@@ -119,6 +119,13 @@ void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	lbd_gen_uint(g, "ready", spares_ready);
 	lbd_gen_uint(g, "target", spares_target);
 	yajl_gen_map_close(g);
+	uint32_t ready_now = 0, ready_target = 0;
+	lbd_ready_counts(d, &ready_now, &ready_target);
+	lbd_gen_key(g, "ready_storages");
+	yajl_gen_map_open(g);
+	lbd_gen_uint(g, "ready", ready_now);
+	lbd_gen_uint(g, "target", ready_target);
+	yajl_gen_map_close(g);
 	lbd_gen_uint(g, "runs_in_flight", in_flight);
 	lbd_gen_key(g, "api_process");
 	yajl_gen_map_open(g);

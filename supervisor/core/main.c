@@ -302,10 +302,13 @@ static int start_serving(struct lbd *d, struct lbd_api_proc **ret_api, pthread_t
 	/* Before the API's threads exist, which read d->spares; not fatal: new sandboxes are then started on demand. */
 	if (lbd_spares_start(d, &err) < 0)
 		lb_warn(NULL, "%s", err.msg);
+	if (lbd_ready_start(d, &err) < 0)
+		lb_warn(NULL, "%s", err.msg);
 
 	struct lbd_api_proc *api = NULL;
 	if (lbd_api_proc_start(d, &api, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
+		lbd_ready_stop(d);
 		lbd_spares_stop(d);
 		lb_store_close(d->store);
 		return 1;
@@ -313,6 +316,7 @@ static int start_serving(struct lbd *d, struct lbd_api_proc **ret_api, pthread_t
 	if (lbd_timers_start(d, ret_timer, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
 		lbd_api_proc_stop(api);
+		lbd_ready_stop(d);
 		lbd_spares_stop(d);
 		lb_store_close(d->store);
 		return 1;
@@ -344,6 +348,7 @@ static int shut_down(struct lbd *d, struct lbd_api_proc *api, pthread_t timer)
 	atomic_store(&d->stopping, true);
 	int r = lbd_api_proc_stop(api);
 	pthread_join(timer, NULL);
+	lbd_ready_stop(d);
 	lbd_spares_stop(d);
 	lbd_sandboxes_shutdown(d);
 	lbd_network_stop(d);

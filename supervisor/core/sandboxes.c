@@ -369,6 +369,10 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		lbd_runner_key(row->host_uid, key);
 		struct lb_sandbox_spec spec;
 		lbd_runner_spec(d, &row->spec, row->host_uid, use, key, storage, &spec);
+		/* a storage that does not exist yet: a filesystem mounted ahead of time, when one of its size is ready
+		 */
+		if (stat(storage, &st) < 0 && errno == ENOENT)
+			spec.disk_ready = lbd_ready_take(d, spec.limits.disk_bytes);
 		r = lb_sandbox_start(&spec, &live, &err);
 		if (r < 0) {
 			lbd_image_release(&img);

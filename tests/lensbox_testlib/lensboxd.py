@@ -284,7 +284,12 @@ class Daemon:
             try:
                 with open(bf) as f:
                     backing = f.read()
-                if backing.startswith(self.state) and not excepted(backing):
+                # a running lensboxd's ready storages (runner/disk_ready.c): empty pool images it holds mounted
+                # nowhere; once it is gone (stopped or killed), one still attached is a leak like any other
+                ready = self.proc is not None and self.proc.poll() is None and \
+                    backing.startswith(os.path.join(self.state, "disk-pool") + "/") and \
+                    backing.rstrip().endswith(".ready")
+                if backing.startswith(self.state) and not excepted(backing) and not ready:
                     found.append(f"loop: {bf} ({backing.strip()})")
             except OSError:
                 pass

@@ -85,6 +85,10 @@ struct lb_sandbox_spec {
 	 * journal and superblock to the image without flushing them through to the host's disk, which only a storage
 	 * that must survive a host crash needs (runner/disk.c). Never for a storage anyone keeps. */
 	bool storage_throwaway;
+	/* A filesystem made ready ahead of time (lb_disk_ready_make): used when the storage does not exist yet and the
+	 * disk limit is its size, instead of a pool image attached and mounted during the start. lb_sandbox_start owns
+	 * it from the call on, used or not. NULL: none (always, in the musl build of the tool). */
+	struct lb_disk_ready *disk_ready;
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;
@@ -208,6 +212,16 @@ void lb_storage_close(struct lb_storage *s);
 /* Tops the pool up after a new storage took from it (runner/disk_pool.c); bound: the refiller ends with the caller.
  * Forks (a few ms in a large process): off the request's path too. */
 int lb_sandbox_refill_pool(const char *pool, uint64_t disk_bytes, bool bound);
+
+/* A new storage's filesystem ready ahead of time (runner/disk_ready.c, not in the musl build of the tool): an image
+ * taken from the pool, attached and mounted nowhere (a detached mount only this object reaches), for a start to move
+ * into place (lb_sandbox_spec.disk_ready). Making one takes ~1.5 ms: off any request's path. Freed unused, its image
+ * goes back to the pool; if the process dies, the kernel shuts it down and the next refill gives it back. -ENOENT:
+ * the pool has no image of that size now. */
+struct lb_disk_ready;
+int lb_disk_ready_make(const char *pool, uint64_t disk_bytes, struct lb_disk_ready **ret, struct lb_error *err);
+uint64_t lb_disk_ready_bytes(const struct lb_disk_ready *r);
+void lb_disk_ready_free(struct lb_disk_ready *r);
 
 /* Reconciliation after a crash: kills processes left in the sandbox's cgroup, unmounts its storage mount and
  * detaches its loop device, removes its cgroups. Safe to call for a sandbox that left nothing. */
