@@ -415,6 +415,30 @@ int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_san
 			  bind_text2, lb_sandbox_state_name(state), err);
 }
 
+struct started_args {
+	const char *digest;
+	int64_t now_ms;
+};
+
+static void bind_started(sqlite3_stmt *st, const void *arg)
+{
+	const struct started_args *a = arg;
+	sqlite3_bind_text(st, 2, a->digest, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(st, 3, a->now_ms);
+}
+
+int lb_store_sandbox_started(struct lb_store *s, const char *name, const char *digest, int64_t now_ms,
+			     struct lb_error *err)
+{
+	if (!store_bounded(digest, LB_STORE_DIGEST_MAX))
+		return lb_error_setx(err, EINVAL, "recording a start: the image digest is missing or too long");
+	struct started_args a = { .digest = digest, .now_ms = now_ms };
+	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
+	return update_one(
+	    s, name, "UPDATE sandboxes SET state = 'running', image_digest = ?2, last_used_at_ms = ?3 WHERE name = ?1",
+	    "recording a start", bind_started, &a, err);
+}
+
 int lb_store_sandbox_touch(struct lb_store *s, const char *name, int64_t now_ms, struct lb_error *err)
 {
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);

@@ -416,10 +416,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	sb->last_used_mono = lbd_mono_ms();
 	pthread_mutex_unlock(&d->table_mu);
 	pthread_rwlock_unlock(&sb->live_lock);
-	lb_store_sandbox_set_state(d->store, sb->name, LB_SANDBOX_RUNNING, NULL);
-	if (strcmp(digest, row->image_digest) != 0)
-		lb_store_sandbox_set_digest(d->store, sb->name, digest, NULL);
-	lb_store_sandbox_touch(d->store, sb->name, lbd_now_ms(), NULL);
+	lb_store_sandbox_started(d->store, sb->name, digest, lbd_now_ms(), NULL);
 	log_fields(lf, sizeof(lf), sb->name, "runner=%s image=%s network=%s spare=%s duration_ms=%llu", key,
 		   row->spec.image, lb_tier_name(row->spec.network), from_spare ? "yes" : "no",
 		   (unsigned long long)(lbd_mono_ms() - t0));

@@ -206,6 +206,11 @@ int lb_store_sandbox_set_state(struct lb_store *s, const char *name, enum lb_san
  * NULL) is how many were marked running before. */
 int lb_store_sandbox_mark_all_stopped(struct lb_store *s, uint64_t *ret_changed, struct lb_error *err);
 
+/* A start, in one statement: state running, the image digest it started from, last_used_at = now_ms. -ENOENT when
+ * absent. */
+int lb_store_sandbox_started(struct lb_store *s, const char *name, const char *digest, int64_t now_ms,
+			     struct lb_error *err);
+
 /* last_used_at = now_ms (a run started or ended). -ENOENT when absent. */
 int lb_store_sandbox_touch(struct lb_store *s, const char *name, int64_t now_ms, struct lb_error *err);
 

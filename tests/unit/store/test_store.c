@@ -274,6 +274,16 @@ static void put_get_update(void **state)
 	assert_int_equal(lb_store_stop_at_ms(&sb), 12000 + 15 * 60 * 1000);
 	assert_int_equal(lb_store_delete_at_ms(&sb), 12000 + 24LL * 3600 * 1000);
 
+	/* a start in one statement: running, the digest it started from, used now */
+	assert_int_equal(lb_store_sandbox_set_state(f->s, "lens-chat-1", LB_SANDBOX_STOPPED, NULL), 0);
+	assert_int_equal(lb_store_sandbox_started(f->s, "lens-chat-1", "sha256:dd", 13000, NULL), 0);
+	assert_int_equal(lb_store_sandbox_get(f->s, "lens-chat-1", &sb, NULL), 0);
+	assert_int_equal(sb.state, LB_SANDBOX_RUNNING);
+	assert_int_equal(sb.last_used_at_ms, 13000);
+	assert_string_equal(sb.image_digest, "sha256:dd");
+	assert_int_equal(lb_store_sandbox_started(f->s, "nope", "sha256:dd", 13000, NULL), -ENOENT);
+	assert_int_equal(lb_store_sandbox_started(f->s, "lens-chat-1", NULL, 13000, NULL), -EINVAL);
+
 	/* recreate: fresh times and count, same uid */
 	struct lb_store_spec sp2 = spec_of("python:3.13-slim", "web");
 	assert_int_equal(lb_store_sandbox_recreate(f->s, "lens-chat-1", &sp2, NULL, 20000, &sb, NULL), 0);
