@@ -52,19 +52,14 @@ static int enable_controllers(const char *dir, struct lb_error *err)
 	return write_in(dir, "cgroup.subtree_control", "+memory +cpu +pids", err);
 }
 
-/* Delegated case: move every process of our own cgroup into <own>/daemon so <own> may have children. */
-static int move_self_to_leaf(const char *own, struct lb_error *err)
+/* Moves the processes listed in procs (a cgroup.procs file) into leaf; *ret_moved: how many were listed. */
+static int move_listed(const char *procs, const char *leaf, int *ret_moved, struct lb_error *err)
 {
-	char leaf[PATH_MAX];
-	snprintf(leaf, sizeof(leaf), "%s/daemon", own);
-	if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating cgroup %s", leaf);
-	char procs[PATH_MAX];
-	snprintf(procs, sizeof(procs), "%s/cgroup.procs", own);
 	_cleanup_free_ char *list = NULL;
 	int r = lb_read_file_at(AT_FDCWD, procs, 1 << 20, &list, NULL);
 	if (r < 0)
 		return lb_error_set(err, r, "reading %s", procs);
+	*ret_moved = 0;
 	for (char *p = list; *p;) {
 		char *end;
 		long pid = strtol(p, &end, 10);
@@ -76,11 +71,33 @@ static int move_self_to_leaf(const char *own, struct lb_error *err)
 		r = write_in(leaf, "cgroup.procs", v, err);
 		if (r < 0 && r != -ESRCH)
 			return r;
+		(*ret_moved)++;
 		p = end;
 		while (*p == '\n')
 			p++;
 	}
 	return 0;
+}
+
+/* Delegated case: move every process of our own cgroup into <own>/daemon so <own> may have children. A process
+ * forked meanwhile by one still in <own> (another thread's helper: the disk pool's refiller, its mke2fs) is born
+ * there, so the list is read again until it is empty: once nothing is left in <own>, nothing new can appear in it
+ * (a child is born in its parent's cgroup), and enabling controllers there cannot fail with EBUSY. */
+static int move_self_to_leaf(const char *own, struct lb_error *err)
+{
+	char leaf[PATH_MAX];
+	snprintf(leaf, sizeof(leaf), "%s/daemon", own);
+	if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+		return lb_error_set(err, errno, "creating cgroup %s", leaf);
+	char procs[PATH_MAX];
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", own);
+	for (int round = 0; round < 32; round++) {
+		int moved = 0;
+		int r = move_listed(procs, leaf, &moved, err);
+		if (r < 0 || moved == 0)
+			return r;
+	}
+	return lb_error_setx(err, EBUSY, "processes keep appearing in %s", own);
 }
 
 static int cg2_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,

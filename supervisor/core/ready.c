@@ -12,8 +12,9 @@
  *
  * After a take the thread waits READY_SETTLE_MS (the start and its first run go first), then makes the next one
  * (~1.5 ms: a rename, a loop attach and a mount) and starts the pool's refill for the image it used. When the pool
- * has no image (a burst), it tries again at the next tick. If lensboxd dies, the kernel shuts every ready
- * filesystem down with its descriptors, and the pool's next refill gives the images back (disk_pool.c).
+ * has no image (a new host before its first storage, a burst), it tries again at the next tick. If lensboxd dies, the
+ * kernel shuts every ready filesystem down with its descriptors, and the pool's next refill gives the images back
+ * (disk_pool.c).
  *
  * Lock order: mu only guards the list; the runner is never called under it.
  */
@@ -76,8 +77,11 @@ static void *ready_main(void *arg)
 		struct lb_disk_ready *r = NULL;
 		struct lb_error err = { 0 };
 		int e = lb_disk_ready_make(d->disk_pool, s->bytes, &r, &err);
-		/* the pool lost an image (or had none): its refiller tops it up, off every request's path */
-		(void)lb_sandbox_refill_pool(d->disk_pool, s->bytes, true);
+		/* The pool lost an image: its refiller tops it up, off every request's path. A pool with none (a new
+		 * host, a burst) is not filled from here: the first new storage starts that, as without this thread,
+		 * so a daemon that just started does not format images while its first requests are served. */
+		if (e == 0)
+			(void)lb_sandbox_refill_pool(d->disk_pool, s->bytes, true);
 		if (e < 0 && e != -ENOENT && !warned) {
 			char lf[600];
 			snprintf(lf, sizeof(lf), "error=\"%s\"", err.msg);

@@ -24,5 +24,8 @@ def test_density_benchmark_prints_figures_and_a_plot():
         for key in ("create_ms_p50", "creations_per_second", "memory_per_idle_sandbox_kib", "list_ms_p50",
                     "warm_run_ratio"):
             assert figures[key] > 0, (key, figures)
+        # the figure is the worst of three sandboxes among the running ones
+        three = figures["warm_run_ratios_of_three"]
+        assert len(three) == 3 and max(three) == figures["warm_run_ratio"], figures
         with open(plot, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
