@@ -95,8 +95,10 @@ def main():
                    os.path.join(base, "run"), "--name", f"bench-{os.getpid()}", "--keep"]
         timed(lensbox + ["--", "true"])  # creates the storage image once (mke2fs), like a first conversation
         # The other build gets its own storage and name (never the same image twice at once).
+        # ... and its own disk pool: a shared one would hand each build the other's images and template
         lensbox_o = [other, "--rootfs", rootfs, "--storage", storage + "-o", "--policy", policy, "--run-dir",
-                     os.path.join(base, "run"), "--name", f"bench-{os.getpid()}-o", "--keep"] if other else None
+                     os.path.join(base, "run"), "--name", f"bench-{os.getpid()}-o", "--keep",
+                     "--disk-pool", os.path.join(base, ".disk-pool-o")] if other else None
         if other:
             timed(lensbox_o + ["--", "true"])
 
