@@ -87,7 +87,8 @@ static const struct key_def keys[] = {
 	  "characters of stdout and stderr returned (1-1000000)" },
 	{ "max_running", K_U32, FN(max_running), 1, 4096, "16", "running sandboxes at once (1-4096)" },
 	{ "spare_sandboxes", K_U32, FN(spare_sandboxes), 0, 64, "1",
-	  "sandboxes of the default spec kept started ahead of time for new conversations (0-64); 0: none" },
+	  "sandboxes kept started ahead of time for new conversations, of the spec most new ones ask for (0-64); 0: "
+	  "none" },
 	{ "ready_storages", K_U32, FN(ready_storages), 0, 16, "2",
 	  "empty storage filesystems of the default disk size kept mounted ahead of time for new sandboxes that no "
 	  "spare "

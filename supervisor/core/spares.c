@@ -4,11 +4,18 @@
  * short Python run takes).
  *
  * Runs in lensboxd (root): one thread of its own keeps cfg.spare_sandboxes spares ready; connection threads take
- * them (lbd_spares_claim, under the claiming sandbox's turn). A spare is a complete sandbox of the default spec
- * (default_image's current digest, default_network, default cpu, memory and disk) with an empty storage and a host
+ * them (lbd_spares_claim, under the claiming sandbox's turn). A spare is a complete sandbox of the spec new
+ * sandboxes ask for (image at its current digest, network, cpu, memory and disk) with an empty storage and a host
  * uid of its own, started under the runner key of that uid ("u<uid>"), exactly as a named sandbox would be. Its
  * uid is reserved in the store's spares table before anything is made, so the allocator never hands it out twice,
  * and a crash leaves a record for the next start's reconciliation to clean up.
+ *
+ * Which spec: the one most new sandboxes asked for among the last SPARE_WINDOW (the config's default spec stands in
+ * for the ones not seen yet, and keeps its place on a tie). So a client whose sandboxes all differ from the
+ * daemon's defaults in the same way (Lens with its network set to `packages`, say) is served by spares after a few
+ * of them, while an odd sandbox now and then does not turn the spares away from what most ask for. Spares of a spec
+ * that lost its place are discarded and remade, as those of an image whose digest changed are. Only a spec whose
+ * image is here is followed (a spare never pulls).
  *
  * Claiming moves the uid from the spares table to the sandbox's row in one store transaction
  * (lb_store_sandbox_adopt): from then on it is that sandbox, with nothing renamed — the runner key, the cgroup, the
@@ -37,6 +44,8 @@
 #define SPARE_CHECK_MS 2000
 /* After a claim, the refill waits this long, so it does not compete for the CPU with the run that claimed. */
 #define SPARE_SETTLE_MS 200
+/* The spares' spec is the most asked for among this many new sandboxes (the default filling the window at start). */
+#define SPARE_WINDOW 8
 
 struct spare {
 	struct spare *next;
@@ -52,7 +61,10 @@ struct lbd_spares {
 	struct spare *list;
 	uint32_t ready;
 	bool stop;
-	uint64_t claimed_mono; /* the last claim, for SPARE_SETTLE_MS */
+	uint64_t claimed_mono;			  /* the last claim, for SPARE_SETTLE_MS */
+	struct lb_store_spec want;		  /* what spares are made of: the most asked for in asked[] */
+	struct lb_store_spec asked[SPARE_WINDOW]; /* the specs of the last new sandboxes, a ring */
+	unsigned next_asked;
 	pthread_t thread;
 	bool thread_started;
 };
@@ -81,17 +93,14 @@ static void discard(struct lbd *d, struct spare *sp, const char *why)
 	free(sp);
 }
 
-/* Makes one spare of the default spec. Returns it, or NULL with err set. Never under mu. */
-static struct spare *make_one(struct lbd *d, struct lb_error *err)
+/* Makes one spare of spec. Returns it, or NULL with err set. Never under mu. */
+static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, struct lb_error *err)
 {
 	const char *why = lbd_cannot_run(d);
 	if (why) {
 		lb_error_setx(err, ENOSYS, "this host cannot run sandboxes: %s", why);
 		return NULL;
 	}
-	struct lbd_spec_request defaults;
-	lbd_spec_defaults(&d->cfg, &defaults);
-	const struct lb_store_spec *spec = &defaults.spec;
 	why = lbd_network_unavailable(d, spec->network);
 	if (why) {
 		lb_error_setx(err, ENOSYS, "network %s cannot run here: %s", lb_tier_name(spec->network), why);
@@ -164,24 +173,33 @@ static struct spare *make_one(struct lbd *d, struct lb_error *err)
 	return sp;
 }
 
-/* The default image's digest now ("" when it cannot be resolved). */
-static void default_digest(struct lbd *d, char out[LB_STORE_DIGEST_MAX + 1])
+/* The digest of image now ("" when it cannot be resolved). */
+static void image_digest(struct lbd *d, const char *image, char out[LB_STORE_DIGEST_MAX + 1])
 {
 	out[0] = '\0';
 	struct lbd_image img;
-	if (lbd_image_resolve(d, d->cfg.default_image, &img, NULL) == 0) {
+	if (lbd_image_resolve(d, image, &img, NULL) == 0) {
 		snprintf(out, LB_STORE_DIGEST_MAX + 1, "%s", img.digest);
 		lbd_image_release(&img);
 	}
 }
 
-/* Takes the spares that no longer match the default spec out of the list (caller holds mu). */
+/* Whether a spare made of a serves a new sandbox of b: the same image, network, cpu, memory and disk (timers aside:
+ * they are the row's). */
+static bool same_spec(const struct lb_store_spec *a, const struct lb_store_spec *b)
+{
+	return strcmp(a->image, b->image) == 0 && a->network == b->network && a->cpu_millicores == b->cpu_millicores &&
+	       a->memory_bytes == b->memory_bytes && a->disk_bytes == b->disk_bytes;
+}
+
+/* Takes the spares that no longer match the wanted spec, or the digest its image has now, out of the list (caller
+ * holds mu). */
 static struct spare *take_stale_locked(struct lbd_spares *s, const char *digest)
 {
 	struct spare *stale = NULL;
 	for (struct spare **pp = &s->list; *pp;) {
 		struct spare *sp = *pp;
-		if (strcmp(sp->digest, digest) != 0) {
+		if (strcmp(sp->digest, digest) != 0 || !same_spec(&sp->spec, &s->want)) {
 			*pp = sp->next;
 			sp->next = stale;
 			stale = sp;
@@ -213,15 +231,18 @@ static void *spares_main(void *arg)
 	bool failing = false;
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
+		struct lb_store_spec want = s->want;
 		pthread_mutex_unlock(&s->mu);
 		char digest[LB_STORE_DIGEST_MAX + 1];
-		default_digest(d, digest);
+		image_digest(d, want.image, digest);
 		pthread_mutex_lock(&s->mu);
+		if (!same_spec(&want, &s->want)) /* a new sandbox asked for another spec meanwhile */
+			continue;
 		struct spare *stale = take_stale_locked(s, digest);
 		pthread_mutex_unlock(&s->mu);
 		while (stale) {
 			struct spare *next = stale->next;
-			discard(d, stale, "the default image changed");
+			discard(d, stale, "new sandboxes ask for another spec or image");
 			stale = next;
 		}
 		pthread_mutex_lock(&s->mu);
@@ -235,7 +256,7 @@ static void *spares_main(void *arg)
 			pthread_mutex_unlock(&s->mu);
 			struct lb_error err = { 0 };
 			uint64_t t0 = lbd_mono_ms();
-			struct spare *sp = make_one(d, &err);
+			struct spare *sp = make_one(d, &want, &err);
 			char lf[700];
 			if (!sp) {
 				if (!failing) {
@@ -274,6 +295,13 @@ int lbd_spares_start(struct lbd *d, struct lb_error *err)
 		return lb_error_setx(err, ENOMEM, "out of memory");
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
+	struct lbd_spec_request defaults;
+	lbd_spec_defaults(&d->cfg, &defaults);
+	s->want = defaults.spec;
+	if (!s->want.disk_bytes)
+		s->want.disk_bytes = d->cfg.default_disk_bytes;
+	for (unsigned i = 0; i < SPARE_WINDOW; i++)
+		s->asked[i] = s->want;
 	d->spares = s;
 	if (d->cfg.spare_sandboxes == 0)
 		return 0;
@@ -345,28 +373,51 @@ int lbd_spares_reconcile(struct lbd *d, struct lb_error *err)
 	return 0;
 }
 
+/* Records a new sandbox's spec in the window and makes the most asked for the one spares are made of (the current
+ * one keeps its place on a tie): true when that changed. Caller holds mu. */
+static bool note_asked_locked(struct lbd_spares *s, const struct lb_store_spec *asked)
+{
+	s->asked[s->next_asked] = *asked;
+	s->next_asked = (s->next_asked + 1) % SPARE_WINDOW;
+	unsigned best = 0, best_n = 0;
+	for (unsigned i = 0; i < SPARE_WINDOW; i++) {
+		unsigned n = 0;
+		for (unsigned j = 0; j < SPARE_WINDOW; j++)
+			n += same_spec(&s->asked[i], &s->asked[j]);
+		bool current = same_spec(&s->asked[i], &s->want);
+		if (n > best_n || (n == best_n && current)) {
+			best = i;
+			best_n = n;
+		}
+	}
+	if (same_spec(&s->asked[best], &s->want))
+		return false;
+	s->want = s->asked[best];
+	return true;
+}
+
 bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
 		      struct lb_sandbox **ret_live, uint32_t *ret_uid)
 {
 	struct lbd_spares *s = d->spares;
 	if (!s)
 		return false;
-	uint64_t disk = row->spec.disk_bytes ? row->spec.disk_bytes : d->cfg.default_disk_bytes;
+	struct lb_store_spec asked = row->spec;
+	if (!asked.disk_bytes)
+		asked.disk_bytes = d->cfg.default_disk_bytes;
 	pthread_mutex_lock(&s->mu);
 	struct spare *sp = NULL;
 	for (struct spare **pp = &s->list; *pp; pp = &(*pp)->next) {
 		struct spare *c = *pp;
-		const struct lb_store_spec *cs = &c->spec;
-		if (strcmp(cs->image, row->spec.image) == 0 && strcmp(c->digest, digest) == 0 &&
-		    cs->network == row->spec.network && cs->cpu_millicores == row->spec.cpu_millicores &&
-		    cs->memory_bytes == row->spec.memory_bytes && cs->disk_bytes == disk) {
+		if (same_spec(&c->spec, &asked) && strcmp(c->digest, digest) == 0) {
 			*pp = c->next;
 			sp = c;
 			s->ready--;
 			break;
 		}
 	}
-	if (sp) {
+	bool changed = note_asked_locked(s, &asked);
+	if (sp || changed) {
 		s->claimed_mono = lbd_mono_ms();
 		pthread_cond_signal(&s->cv);
 	}

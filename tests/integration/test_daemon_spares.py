@@ -7,6 +7,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from lensbox_testlib.lensboxd import BUILD_DIR, Daemon, image_tool, wait_for  # noqa: E402
@@ -91,6 +92,44 @@ def test_a_different_spec_does_not_take_a_spare():
         assert any("spare=no" in line for line in started_lines(d, n)), started_lines(d, n)
         assert spare_uids(d) == held and spares(d)["ready"] == 1
         assert d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] not in held
+
+
+def memory_limit_of(d, name):
+    """The memory limit of the sandbox's cgroup on the host (v1 or v2), in bytes."""
+    key = d.runner_key(name)
+    for path in (f"/sys/fs/cgroup/memory/lensbox/{key}/memory.limit_in_bytes",
+                 f"/sys/fs/cgroup/lensbox/{key}/memory.max"):
+        if os.path.exists(path):
+            with open(path) as f:
+                return int(f.read())
+    raise AssertionError(f"no memory cgroup for {name} ({key})")
+
+
+def test_spares_follow_the_spec_most_new_sandboxes_ask_for():
+    """A client whose new sandboxes all ask for something else than the defaults (here 1 GiB of memory) gets spares
+    of that after a few of them (five of the last eight); an odd one now and then does not move them (four of eight
+    is a tie, and the spec of the spares keeps its place)."""
+    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        default_uids = spare_uids(d)
+        names = [d.name(f"big{i}") for i in range(6)]
+        for n in names[:4]:
+            d.ok_run(n, "pass", sandbox={"memory": "1Gi"})
+            assert any("spare=no" in line for line in started_lines(d, n)), started_lines(d, n)
+        time.sleep(1.0)  # the spares' thread would have acted by now
+        assert spare_uids(d) == default_uids and spares(d)["ready"] == 1
+        d.ok_run(names[4], "pass", sandbox={"memory": "1Gi"})
+        # five of eight: the default spare goes, one of 1 GiB takes its place
+        assert wait_for(lambda: spares(d)["ready"] == 1 and spare_uids(d) and
+                        not set(spare_uids(d)) & set(default_uids), 20), (spares(d), spare_uids(d))
+        held = spare_uids(d)
+        r = d.ok_run(names[5], "print(1)", sandbox={"memory": "1Gi"})
+        assert r["stdout"] == "1\n"
+        assert any("spare=yes" in line for line in started_lines(d, names[5])), started_lines(d, names[5])
+        assert d.request("GET", f"/v1/sandboxes/{names[5]}")[1]["host_uid"] in held
+        assert memory_limit_of(d, names[5]) == 1 << 30
+        assert d.leaks(settle=1.0, except_uids=spare_uids(d) + [
+            d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] for n in names]) == []
 
 
 def test_a_file_upload_to_a_new_sandbox_takes_a_spare():
