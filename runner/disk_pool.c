@@ -120,14 +120,11 @@ static bool pool_name_is(const char *name, const char *prefix, const char *suffi
 	return n > p + s && strncmp(name, prefix, p) == 0 && strcmp(name + n - s, suffix) == 0;
 }
 
-int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
+int lb_disk_pool_take_at(int pool_fd, uint64_t disk_bytes, int dirfd, const char *name)
 {
-	_cleanup_close_ int fd = lb_disk_pool_open(pool, false);
-	if (fd < 0)
-		return fd;
 	char prefix[32];
 	snprintf(prefix, sizeof(prefix), "%" PRIu64 ".", disk_bytes);
-	int dfd = dup(fd);
+	int dfd = dup(pool_fd);
 	if (dfd < 0)
 		return -errno;
 	_cleanup_closedir_ DIR *d = fdopendir(dfd);
@@ -140,16 +137,24 @@ int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
 		if (!pool_name_is(de->d_name, prefix, ".img"))
 			continue;
 		struct stat st;
-		if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
+		if (fstatat(pool_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
 		    (uint64_t)st.st_size != disk_bytes)
 			continue;
 		/* Atomic: exactly one caller moves this image; the others find it gone (ENOENT) and try the next. */
-		if (renameat(fd, de->d_name, AT_FDCWD, img) == 0)
+		if (renameat(pool_fd, de->d_name, dirfd, name) == 0)
 			return 0;
 		if (errno != ENOENT)
 			return -errno; /* EXDEV: the pool is on another filesystem than the storage */
 	}
 	return -ENOENT;
+}
+
+int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img)
+{
+	_cleanup_close_ int fd = lb_disk_pool_open(pool, false);
+	if (fd < 0)
+		return fd;
+	return lb_disk_pool_take_at(fd, disk_bytes, AT_FDCWD, img);
 }
 
 /* What the refiller needs, all prepared before the fork. */

@@ -27,7 +27,6 @@
 #include "lb/fileio.h"
 #include "lb/runner.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -66,36 +65,10 @@ int lb_disk_mount_detached(const char *dev, unsigned attrs, struct lb_error *err
 /* Renames one pool image of exactly bytes to a .ready name of ours (fd: the pool); 0 or -ENOENT when there is none. */
 static int take_one(int fd, uint64_t bytes, char *name, size_t size)
 {
-	char prefix[32];
-	snprintf(prefix, sizeof(prefix), "%" PRIu64 ".", bytes);
-	int dfd = dup(fd);
-	if (dfd < 0)
-		return -errno;
-	_cleanup_closedir_ DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return -errno;
-	}
 	static unsigned counter;
 	unsigned k = __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
-	snprintf(name, size, "%s%ld-r%u.ready", prefix, (long)getpid(), k);
-	struct dirent *de;
-	size_t plen = strlen(prefix), dlen;
-	while ((de = readdir(d))) {
-		dlen = strlen(de->d_name);
-		if (dlen <= plen + 4 || strncmp(de->d_name, prefix, plen) != 0 ||
-		    strcmp(de->d_name + dlen - 4, ".img") != 0)
-			continue;
-		struct stat st;
-		if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode) ||
-		    (uint64_t)st.st_size != bytes)
-			continue;
-		if (renameat(fd, de->d_name, fd, name) == 0) /* one taker, as in lb_disk_pool_take */
-			return 0;
-		if (errno != ENOENT)
-			return -errno;
-	}
-	return -ENOENT;
+	snprintf(name, size, "%" PRIu64 ".%ld-r%u.ready", bytes, (long)getpid(), k);
+	return lb_disk_pool_take_at(fd, bytes, fd, name); /* one taker, as for a start's take */
 }
 
 /* Gives a taken image back to the pool as .img, or removes it if something still holds it (never hand out an image

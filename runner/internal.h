@@ -107,6 +107,8 @@ int lb_disk_ext4_layout(int fd, struct lb_ext4_layout *ret);
 /* Moves an image of exactly disk_bytes from the pool to img (atomically); 0, -ENOENT when there is none, -EPERM when
  * the pool is not root's own 0700 directory, -EXDEV when it is on another filesystem than img. */
 int lb_disk_pool_take(const char *pool, uint64_t disk_bytes, const char *img);
+/* The same from an open pool (pool_fd) to dirfd/name. */
+int lb_disk_pool_take_at(int pool_fd, uint64_t disk_bytes, int dirfd, const char *name);
 /* Starts a detached refiller that tops the pool up to LB_DISK_POOL_TARGET images of disk_bytes, unless one is at
  * work already; returns how many it will make (0: none needed or another refiller holds the lock) or -errno. bound:
  * the refiller stops (nothing half-made left) as soon as the calling process ends. */

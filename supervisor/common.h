@@ -10,6 +10,7 @@
 #ifndef LBD_COMMON_H
 #define LBD_COMMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,8 @@ struct lbp_spec;
 int64_t lbd_now_ms(void);
 /* Monotonic milliseconds, for durations. */
 uint64_t lbd_mono_ms(void);
+/* Waits on cv (mu held, as pthread_cond_timedwait) for at most ms; a signal or a spurious wake ends it sooner. */
+void lbd_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t ms);
 
 /* ---- fail.c ---- */
 

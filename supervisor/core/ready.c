@@ -44,19 +44,6 @@ struct lbd_ready {
 	bool thread_started;
 };
 
-static void wait_ms(struct lbd_ready *s, uint64_t ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts); /* the cond uses the default clock */
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-}
-
 static void *ready_main(void *arg)
 {
 	struct lbd *d = arg;
@@ -66,11 +53,11 @@ static void *ready_main(void *arg)
 	while (!s->stop) {
 		uint64_t now = lbd_mono_ms();
 		if (now - s->taken_mono < READY_SETTLE_MS) {
-			wait_ms(s, READY_SETTLE_MS - (now - s->taken_mono));
+			lbd_cond_wait_ms(&s->cv, &s->mu, READY_SETTLE_MS - (now - s->taken_mono));
 			continue;
 		}
 		if (s->n >= d->cfg.ready_storages) {
-			wait_ms(s, READY_CHECK_MS);
+			lbd_cond_wait_ms(&s->cv, &s->mu, READY_CHECK_MS);
 			continue;
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -99,7 +86,7 @@ static void *ready_main(void *arg)
 			pthread_mutex_lock(&s->mu);
 		}
 		if (e < 0)
-			wait_ms(s, READY_CHECK_MS);
+			lbd_cond_wait_ms(&s->cv, &s->mu, READY_CHECK_MS);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;

@@ -210,19 +210,6 @@ static struct spare *take_stale_locked(struct lbd_spares *s, const char *digest)
 	return stale;
 }
 
-static void wait_ms(struct lbd_spares *s, uint64_t ms)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts); /* the cond uses the default clock */
-	ts.tv_sec += (time_t)(ms / 1000);
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-}
-
 static void *spares_main(void *arg)
 {
 	struct lbd *d = arg;
@@ -248,7 +235,7 @@ static void *spares_main(void *arg)
 		pthread_mutex_lock(&s->mu);
 		uint64_t now = lbd_mono_ms();
 		if (now - s->claimed_mono < SPARE_SETTLE_MS) {
-			wait_ms(s, SPARE_SETTLE_MS - (now - s->claimed_mono));
+			lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_SETTLE_MS - (now - s->claimed_mono));
 			continue;
 		}
 		bool retry_due = !failing || now - failed_mono >= SPARE_RETRY_MS;
@@ -282,7 +269,7 @@ static void *spares_main(void *arg)
 			}
 			continue;
 		}
-		wait_ms(s, SPARE_CHECK_MS);
+		lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_CHECK_MS);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;
