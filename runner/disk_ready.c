@@ -150,9 +150,10 @@ int lb_disk_ready_place(struct lb_disk_ready *r, const char *storage, const char
 {
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/disk.img", storage);
-	/* The caller holds the storage's lock and found no disk.img: a new storage. rename() cannot cross
-	 * filesystems: a pool elsewhere (-EXDEV) leaves the image where it is, for lb_disk_ready_free. */
-	if (renameat(r->pool_fd, r->name, AT_FDCWD, img) < 0)
+	/* The caller holds the storage's lock and found no disk.img: a new storage (and RENAME_NOREPLACE makes sure no
+	 * image is ever replaced). rename() cannot cross filesystems: a pool elsewhere (-EXDEV) leaves the image where
+	 * it is, for lb_disk_ready_free. */
+	if (renameat2(r->pool_fd, r->name, AT_FDCWD, img, RENAME_NOREPLACE) < 0)
 		return lb_error_set(err, errno, "moving a ready image to %s", img);
 	r->name[0] = '\0';
 	close(r->pool_fd);
