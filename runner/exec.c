@@ -31,7 +31,7 @@
  *     host's user namespace; Landlock's signal scope and the emptied `run` leaf leave no sandbox process to stop
  *     it; execve gives C2 a memory of its own.
  * C1 needs clone3 for CLONE_INTO_CGROUP (on v2 a cgroup.procs write waits for an RCU grace period), and a child of
- * clone3 on a new stack cannot return through C: a few lines of assembly start it (x86-64). Elsewhere C1 is a
+ * clone3 on a new stack cannot return through C: a few lines of assembly start it (spawn.c, x86-64). Elsewhere C1 is a
  * fork-like clone3 (a copy of the caller's memory, as before) and C2 still borrows C1's.
  *
  * A failed step in C1 or C2 is reported through a CLOEXEC socket pair with its name and errno, and nothing runs (a
@@ -258,7 +258,7 @@ static void install_counting_filter(int rep, const struct sock_fprog *prog)
 
 /* C2: runs in the sandbox's namespaces as a member of its pid namespace, still with the user namespace's
  * capabilities, on the caller's memory (C1 suspended); drops everything and execs. Thin syscall wrappers only. */
-static int c2_main(void *arg)
+LB_BORROWED_STACK static int c2_main(void *arg)
 {
 	const struct exec_plan *p = arg;
 	int rep = p->report_w;
@@ -340,7 +340,7 @@ static int c2_main(void *arg)
 
 /* C1: host root in the host's pid namespace, on the caller's memory (the caller suspended); joins the run leaf and
  * the sandbox's namespaces, starts C2 as the caller's child and exits once C2 has exec'd. */
-static int c1_main(void *arg)
+LB_BORROWED_STACK static int c1_main(void *arg)
 {
 	const struct exec_plan *p = arg;
 	int rep = p->report_w;
@@ -399,50 +399,6 @@ static int c1_main(void *arg)
 		fail_child(rep, "clone into the sandbox's pid namespace", errno);
 	lb_child_report(rep, 'P', 0, pid, NULL);
 	_exit(0);
-}
-
-/* clone3() with the child on the stack in ca, running fn(arg) there and exiting with its value; returns the
- * child's pid or -1 with errno. glibc 2.36 has no clone3 wrapper, and a child on a new stack has no frame to
- * return to. */
-static pid_t clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg)
-{
-#if defined(__x86_64__)
-	/* The child starts after `syscall` with the parent's registers, rax 0 and rsp at the top of its stack (16-byte
-	 * aligned: a page boundary): it calls fn(arg) and exits the way glibc's clone() does. */
-	register long rax __asm__("rax") = SYS_clone3;
-	register struct clone_args *rdi __asm__("rdi") = ca;
-	register size_t rsi __asm__("rsi") = sizeof(*ca);
-	register int (*r12)(void *) __asm__("r12") = fn;
-	register void *r13 __asm__("r13") = arg;
-	__asm__ volatile("syscall\n\t"
-			 "test %%rax, %%rax\n\t"
-			 "jnz 1f\n\t"
-			 "xor %%ebp, %%ebp\n\t"
-			 "mov %%r13, %%rdi\n\t"
-			 "call *%%r12\n\t"
-			 "mov %%eax, %%edi\n\t"
-			 "mov $231, %%eax\n\t" /* exit_group */
-			 "syscall\n\t"
-			 "hlt\n"
-			 "1:"
-			 : "+r"(rax)
-			 : "r"(rdi), "r"(rsi), "r"(r12), "r"(r13)
-			 : "rcx", "r11", "memory");
-	if (rax < 0) {
-		errno = (int)-rax;
-		return -1;
-	}
-	return (pid_t)rax;
-#else
-	/* Fork-like: no CLONE_VM, the child continues here on a copy of the caller's memory. */
-	ca->flags &= ~(uint64_t)CLONE_VM;
-	ca->stack = 0;
-	ca->stack_size = 0;
-	pid_t pid = (pid_t)syscall(SYS_clone3, ca, sizeof(*ca));
-	if (pid == 0)
-		_exit(fn(arg));
-	return pid;
-#endif
 }
 
 /* Moves both ends of a new pipe or socket pair above 0..2: a caller with closed stdio would get them there, and
@@ -538,7 +494,7 @@ struct exec_run {
 	int c2_pidfd, listener;
 	pid_t c2;
 	struct lb_run_refusals rf;
-	void *stacks; /* C1's and C2's, MAP_FAILED until mapped */
+	void *stacks; /* C1's and C2's (spawn.c), NULL until mapped */
 	size_t stacks_len;
 	void *c1_stack_base;
 	struct lb_cg_stats before;
@@ -567,15 +523,10 @@ static int exec_prepare(struct lb_sandbox *sb, const struct lb_exec_spec *spec, 
 	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p->cg_fds, &p->n_cg, err)) < 0)
 		return r;
 	/* Two stacks, each above a guard page: an overflow faults instead of writing into the caller's memory. */
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	x->stacks = mmap(NULL, x->stacks_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (x->stacks == MAP_FAILED)
+	if (!(x->stacks = lb_stacks_map(2, CHILD_STACK, &x->stacks_len)))
 		return lb_error_set(err, errno, "exec: mapping the child stacks");
-	char *c1_base = x->stacks, *c2_base = c1_base + CHILD_STACK + page;
-	if (mprotect(c1_base, page, PROT_NONE) < 0 || mprotect(c2_base, page, PROT_NONE) < 0)
-		return lb_error_set(err, errno, "exec: guarding the child stacks");
-	x->c1_stack_base = c1_base + page;
-	p->c2_stack = c2_base + page + CHILD_STACK;
+	x->c1_stack_base = lb_stack_base(x->stacks, 0, CHILD_STACK);
+	p->c2_stack = lb_stack_base(x->stacks, 1, CHILD_STACK) + CHILD_STACK;
 	if ((r = lb_capture_init(&x->cap_out, LB_CAPTURE_HEAD, spec->stdout_limit)) < 0 ||
 	    (r = lb_capture_init(&x->cap_err, LB_CAPTURE_TAIL, spec->stderr_limit)) < 0)
 		return lb_error_set(err, r, "exec: allocating output buffers");
@@ -615,7 +566,7 @@ static pid_t exec_clone_c1(struct lb_sandbox *sb, struct exec_run *x)
 		ca.flags |= CLONE_INTO_CGROUP;
 		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
-	pid_t c1 = clone3_run(&ca, c1_main, p);
+	pid_t c1 = lb_clone3_run(&ca, c1_main, p);
 	int e = errno;
 	if (p->pinned)
 		sched_setaffinity(0, sizeof(p->cpus), &p->cpus);
@@ -806,7 +757,7 @@ static void exec_run_release(struct lb_sandbox *sb, struct exec_run *x)
 		close(x->listener);
 	struct lb_refusals unused;
 	lb_refusals_end(&x->rf, false, &unused); /* idempotent: releases what a failed run still holds */
-	if (x->stacks != MAP_FAILED)
+	if (x->stacks)
 		munmap(x->stacks, x->stacks_len);
 	for (size_t i = 0; i < x->p.n_cg; i++)
 		close(x->p.cg_fds[i]);
@@ -848,8 +799,7 @@ int lb_sandbox_exec(struct lb_sandbox *sb, const struct lb_exec_spec *spec, stru
 	x.c2_pidfd = x.listener = -1;
 	x.c2 = -1;
 	lb_refusals_begin(&x.rf, sb, &x.p.seccomp_notify, &x.p.landlock_flags);
-	x.stacks = MAP_FAILED;
-	x.stacks_len = 2 * (CHILD_STACK + (size_t)sysconf(_SC_PAGESIZE));
+	x.stacks = NULL;
 
 	int r = exec_prepare(sb, spec, argc, &x, err);
 	if (r == 0)

@@ -167,6 +167,18 @@ int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, in
 
 void lb_child_report(int fd, int kind, int err, int status, const char *step);
 
+/* spawn.c — children on the caller's memory until they exec (CLONE_VM | CLONE_VFORK; the file says what they may
+ * do). lb_stacks_map() maps n stacks of size bytes, each above a guard page (NULL with errno; munmap the *ret_len
+ * bytes); lb_stack_base() is the lowest byte of stack i. lb_clone3_run() clones per ca (with ca->stack set) and runs
+ * fn(arg) in the child, which exits with its value; the child's pid, or -1 with errno. */
+struct clone_args;
+void *lb_stacks_map(size_t n, size_t size, size_t *ret_len);
+char *lb_stack_base(void *map, size_t i, size_t size);
+pid_t lb_clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg);
+/* For the child's functions that call one that does not return: ASan (sanitizer builds) would take the child's stack,
+ * which it does not know, for a corrupt one and say so on the child's stderr. */
+#define LB_BORROWED_STACK __attribute__((no_sanitize("address")))
+
 /* init_blob.c — the static lensbox-init binary, embedded at build time; lb_init_memfd() returns a sealed,
  * executable memfd (CLOEXEC) holding it, for the sandbox's first process to execveat() into. */
 int lb_init_memfd(void);

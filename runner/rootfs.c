@@ -140,7 +140,8 @@ static bool overlay_safe(const char *p)
 
 struct lb_rootfs_plan *lb_rootfs_plan_new(void)
 {
-	/* Shared, so a child forked before the plan is written reads what the caller writes later. */
+	/* Shared, so a child cloned before the plan is written reads what the caller writes later, on the caller's
+	 * memory or (where spawn.c cannot share it) on a copy. */
 	void *p = mmap(NULL, sizeof(struct lb_rootfs_plan), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }

@@ -6,8 +6,10 @@
  *   1. the cgroup (limits on <name>, leaves `init` and `run`),
  *   2. the storage's lock (one ext4 image is never mounted twice),
  *   3. the pipes, lensbox-init's memfd and the root's plan (shared memory the child reads once released),
- *   4. clone3() into new user, pid, ipc and uts namespaces (the child joins the `init` leaf, v2: is born in it);
- *      the parent maps uid/gid 1000 to the sandbox's host uid/gid only (setgroups denied),
+ *   4. clone3() into new user, pid, ipc and uts namespaces (the child joins the `init` leaf, v2: is born in it),
+ *      on the caller's memory from a thread that sleeps until the child execs (spawn.c: no copy of lensboxd's
+ *      ~320 mappings to make and tear down); the parent maps uid/gid 1000 to the sandbox's host uid/gid only
+ *      (setgroups denied),
  *   5. while the child makes its own network namespace and brings up lo (the costliest namespace to create), the
  *      parent mounts the storage and prepares the root's skeleton (rootfs.c), then releases the child,
  *   6. the child enters new mount and cgroup namespaces (its mount namespace is a copy of the host's as it is
@@ -17,7 +19,8 @@
  *   7. the parent builds the Landlock ruleset against the sandbox's paths (landlock.c).
  * Any failure undoes what was done, in reverse, and names the step. exec.c runs programs in a started sandbox.
  *
- * The init child is forked from a possibly multithreaded process: it uses only raw syscalls and prepared data.
+ * The init child shares the memory of a possibly multithreaded process until its execveat: it reads only prepared
+ * data, writes only its stack and errno (the sleeping thread's TLS), and makes only system calls (spawn.c).
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -36,12 +39,14 @@
 #include <linux/close_range.h>
 #include <linux/sched.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -86,7 +91,8 @@ void lb_child_report(int fd, int kind, int err, int status, const char *step)
 	while (w < 0 && errno == EINTR);
 }
 
-/* Everything the init child needs, prepared before clone3(). */
+/* Everything the init child needs, prepared before clone3() (it lives in struct start until the child has exec'd).
+ */
 struct init_args {
 	const struct lb_rootfs_plan
 	    *plan;	/* shared memory, written by the parent after the clone, read once released */
@@ -174,13 +180,25 @@ static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
 	return 0;
 }
 
-static _Noreturn void init_main(const struct init_args *a)
+LB_BORROWED_STACK static _Noreturn void init_main(const struct init_args *a)
 {
 	/* Until released, the parent's end is ours to watch: if the caller (lensboxd) dies, the kernel kills us
-	 * (the parent-death signal: its thread waits for our release), and the release read sees the socket close
-	 * (we keep no copy of its end). Else this half-made init would outlive it, holding its descriptors. */
+	 * (the parent-death signal: the thread that cloned us sleeps until our execveat), and the release read sees the
+	 * socket close (we keep no copy of its end). Else this half-made init would outlive it, holding its
+	 * descriptors. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* We run on the caller's memory until our execveat (spawn.c): non-dumpable before our ids are mapped (the
+	 * parent maps them once we say we run, below), so that only a holder of CAP_SYS_PTRACE on the host could ever
+	 * trace us or open our /proc files. The flag is the shared memory's: lensboxd's, as every run's C2 already
+	 * leaves it (exec.c). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		lb_child_report(a->report_fd, 'E', errno, 0, "dumpable");
+		_exit(1);
+	}
 	close(a->release_peer);
+	/* We run: the kernel wrote our pid and pidfd into the caller's memory before we did. */
+	if (send(a->release_fd, "S", 1, MSG_NOSIGNAL) != 1)
+		_exit(1);
 	/* v1: join the `init` leaf first, in parallel with the parent writing our id maps. */
 	for (size_t i = 0; i < a->n_cg; i++) {
 		if (write(a->cg_fds[i], "0", 1) != 1) {
@@ -253,6 +271,11 @@ static _Noreturn void init_main(const struct init_args *a)
 	syscall(SYS_execveat, a->init_fd, "", argv, envp, AT_EMPTY_PATH);
 	lb_child_report(rep, 'E', errno, 0, "executing lensbox-init");
 	_exit(1);
+}
+
+LB_BORROWED_STACK static int init_child(void *arg)
+{
+	init_main(arg);
 }
 
 static int write_proc(pid_t pid, const char *file, const char *text, struct lb_error *err)
@@ -476,12 +499,31 @@ static int sandbox_new(const struct lb_sandbox_spec *spec, struct lb_sandbox **r
 	return 0;
 }
 
+/* The thread that clones the init child (CLONE_VM | CLONE_VFORK, spawn.c) and sleeps until the child has exec'd
+ * lensbox-init or died, while the start's own thread maps the child's ids and builds its storage and skeleton. The
+ * child uses the sleeping thread's TLS (errno) and a stack of its own. */
+struct init_spawn {
+	struct clone_args ca;
+	struct init_args args;
+	/* The child's pid (CLONE_PARENT_SETTID) and pidfd (CLONE_PIDFD): the kernel writes them before the child runs;
+	 * the start's thread reads them once the child said it runs, or once this thread is joined. */
+	pid_t tid;
+	int pidfd;
+	int err;     /* clone3's errno */
+	int wake_fd; /* the child's end of the release pair: one byte once clone3 has returned */
+	void *stack;
+	size_t stack_len;
+	pthread_t thread;
+	bool running; /* to be joined */
+};
+
 /* What a start holds while it runs, besides the sandbox: the means of building it (pipes, lensbox-init's memfd, the
  * root's plan) and how far it got, for its one unwind path (start_release(), then teardown() on failure). */
 struct start {
 	struct lb_sandbox *sb;
 	const struct lb_sandbox_spec *spec;
 	struct lb_rootfs_plan *plan;
+	struct init_spawn spawn;
 	int release[2], report[2];
 	int init_fd;
 	pid_t pid;
@@ -532,12 +574,33 @@ static int start_lock_storage(struct start *s, struct lb_error *err)
 	return 0;
 }
 
+/* The spawn thread: all signals blocked (the child inherits the mask, so no handler of ours runs on the memory it
+ * borrows; lensbox-init sets its own), clone3, asleep until the child has exec'd or died, then one byte to wake a
+ * start still waiting for the child's own. */
+static void *init_spawn_thread(void *arg)
+{
+	struct init_spawn *sp = arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	if (lb_clone3_run(&sp->ca, init_child, &sp->args) < 0)
+		sp->err = errno;
+	ssize_t w;
+	do
+		w = send(sp->wake_fd, "D", 1, MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+	return NULL;
+}
+
+#define INIT_STACK (64u << 10) /* init_main's frames are a few hundred bytes deep */
+
 /* Steps 3 and 4: what the child needs exists before the clone (the root's plan is filled later, in memory it
- * shares); then clone3() into new user, pid, ipc and uts namespaces. The child runs init_main() and never returns
- * here. */
+ * shares); then clone3() into new user, pid, ipc and uts namespaces, on our memory (spawn.c) from a thread of its
+ * own. The child runs init_main() and never returns here. */
 static int start_clone_init(struct start *s, struct lb_error *err)
 {
 	struct lb_sandbox *sb = s->sb;
+	struct init_spawn *sp = &s->spawn;
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s->release) < 0 || pipe2(s->report, O_CLOEXEC) < 0)
 		return lb_error_set(err, errno, "creating pipes");
 	s->init_fd = lb_init_memfd();
@@ -545,48 +608,71 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 		return lb_error_set(err, s->init_fd, "preparing lensbox-init");
 	if (!(s->plan = lb_rootfs_plan_new()))
 		return lb_error_set(err, ENOMEM, "allocating the root plan");
-	struct init_args args = { .plan = s->plan,
-				  .release_fd = s->release[0],
-				  .release_peer = s->release[1],
-				  .report_fd = s->report[1],
-				  .init_fd = s->init_fd,
-				  .uid = sb->uid,
-				  .gid = sb->gid };
-	snprintf(args.report_fd_arg, sizeof(args.report_fd_arg), "%d", s->report[1]);
+	if (!(sp->stack = lb_stacks_map(1, INIT_STACK, &sp->stack_len)))
+		return lb_error_set(err, errno, "mapping the init child's stack");
+	struct init_args *args = &sp->args;
+	*args = (struct init_args){ .plan = s->plan,
+				    .release_fd = s->release[0],
+				    .release_peer = s->release[1],
+				    .report_fd = s->report[1],
+				    .init_fd = s->init_fd,
+				    .uid = sb->uid,
+				    .gid = sb->gid };
+	snprintf(args->report_fd_arg, sizeof(args->report_fd_arg), "%d", s->report[1]);
 	int r;
 	if (sb->cg->version == LB_CGROUP_V1 &&
-	    (r = lb_cg_open_join(sb->cg, LB_CG_INIT, args.cg_fds, &args.n_cg, err)) < 0)
+	    (r = lb_cg_open_join(sb->cg, LB_CG_INIT, args->cg_fds, &args->n_cg, err)) < 0)
 		return r;
-	int pidfd = -1;
-	struct clone_args ca;
-	memset(&ca, 0, sizeof(ca));
+	struct clone_args *ca = &sp->ca;
+	memset(ca, 0, sizeof(*ca));
 	/* The network, mount and cgroup namespaces the child makes itself (init_main), owned by this user namespace. */
-	ca.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD;
-	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
-	ca.exit_signal = SIGCHLD;
+	ca->flags = CLONE_VM | CLONE_VFORK | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD |
+		    CLONE_PARENT_SETTID;
+	sp->pidfd = -1;
+	sp->tid = 0;
+	ca->pidfd = (uint64_t)(uintptr_t)&sp->pidfd;
+	ca->parent_tid = (uint64_t)(uintptr_t)&sp->tid;
+	ca->exit_signal = SIGCHLD;
+	ca->stack = (uint64_t)(uintptr_t)lb_stack_base(sp->stack, 0, INIT_STACK);
+	ca->stack_size = INIT_STACK;
 	/* v2: born in the `init` leaf. v1: the child joins it itself, first thing. */
 	int leaf_fd = lb_cg_open_leaf_dir(sb->cg, LB_CG_INIT);
 	if (leaf_fd >= 0) {
-		ca.flags |= CLONE_INTO_CGROUP;
-		ca.cgroup = (uint64_t)(unsigned)leaf_fd;
+		ca->flags |= CLONE_INTO_CGROUP;
+		ca->cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
-	/* clone3 without a stack behaves like fork(): the child runs init_main() on a copy of this stack. */
-	pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
-	if (pid == 0)
-		init_main(&args);
-	int clone_errno = errno;
+	sp->wake_fd = s->release[0];
+	sp->err = 0;
+	r = pthread_create(&sp->thread, NULL, init_spawn_thread, sp);
+	char said = 0;
+	if (r == 0) {
+		sp->running = true;
+		ssize_t n;
+		do
+			n = read(s->release[1], &said, 1);
+		while (n < 0 && errno == EINTR);
+	}
+	/* The child has its own descriptor table, copied at the clone: ours go. */
 	if (leaf_fd >= 0)
 		close(leaf_fd);
-	for (size_t i = 0; i < args.n_cg; i++)
-		close(args.cg_fds[i]);
-	errno = clone_errno;
-	if (pid < 0)
-		return lb_error_set(err, errno, "creating the sandbox's namespaces (clone3)");
-	s->pid = pid;
-	sb->init_pid = pid;
-	sb->init_pidfd = pidfd;
-	close(s->release[0]);
-	s->release[0] = -1;
+	for (size_t i = 0; i < args->n_cg; i++)
+		close(args->cg_fds[i]);
+	if (r != 0)
+		return lb_error_set(err, r, "starting the thread that clones the sandbox's init");
+	if (said != 'S') { /* clone3 failed, or the child died before it ran: the thread is done */
+		pthread_join(sp->thread, NULL);
+		sp->running = false;
+	}
+	if (sp->tid > 0) {
+		s->pid = sp->tid;
+		sb->init_pid = sp->tid;
+		sb->init_pidfd = sp->pidfd;
+	}
+	if (said != 'S') {
+		if (sp->err)
+			return lb_error_set(err, sp->err, "creating the sandbox's namespaces (clone3)");
+		return lb_error_setx(err, EIO, "the sandbox's init died as it started");
+	}
 	close(s->report[1]);
 	s->report[1] = -1;
 	return 0;
@@ -708,9 +794,22 @@ static int start_release_init(struct start *s, struct lb_error *err)
 }
 
 /* What the start used to build the sandbox and the sandbox does not keep; a child not yet handed to the sandbox
- * (no pidfd) is killed and reaped. */
-static void start_release(struct start *s)
+ * (no pidfd) is killed and reaped. The spawn thread is joined first, as it may still write to the release pair: on
+ * success the child has exec'd (lensbox-init answered), so it is done or about to be; after a failure the child is
+ * killed first (teardown() reaps it). */
+static void start_release(struct start *s, bool ok)
 {
+	struct init_spawn *sp = &s->spawn;
+	if (sp->running) {
+		/* Our own child through its pidfd: it cannot have been recycled. */
+		if (!ok && s->sb->init_pidfd >= 0)
+			syscall(SYS_pidfd_send_signal, s->sb->init_pidfd, SIGKILL, NULL, 0);
+		pthread_join(sp->thread, NULL);
+		sp->running = false;
+	}
+	if (sp->stack)
+		munmap(sp->stack, sp->stack_len);
+	sp->stack = NULL;
 	if (s->init_fd >= 0)
 		close(s->init_fd);
 	for (int i = 0; i < 2; i++) {
@@ -773,12 +872,12 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	if ((r = lb_landlock_build(spec->policy, s.pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
 		goto fail;
 
-	start_release(&s);
+	start_release(&s, true);
 	*ret = sb;
 	return 0;
 
 fail:
-	start_release(&s);
+	start_release(&s, false);
 	teardown(sb, s.have_disk, s.have_root, NULL);
 	sandbox_free(sb);
 	return r;

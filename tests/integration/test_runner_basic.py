@@ -67,6 +67,19 @@ def test_bad_cwd_fails_and_names_the_step(env):
     assert "chdir" in r["error"]
 
 
+def test_start_failing_after_the_clone_undoes_it(env, tmp_path):
+    """The image path is refused by the root's preparation (overlay cannot name a ',' path), which runs after the init
+    child was cloned and before it is released: the child is killed and reaped, the thread that cloned it joined,
+    and nothing is left (the module's fixture checks mounts, loop devices and cgroups)."""
+    from lensbox_testlib.runner import rootfs
+    link = tmp_path / "image,with-comma"
+    link.symlink_to(rootfs())
+    for _ in range(3):
+        r = env.run(["true"], image_rootfs=str(link), timeout=30)
+        assert r.rc == 1
+        assert "preparing the root filesystem" in r["error"] and "without ','" in r["error"], r["error"]
+
+
 PROBE = r"""
 import json, os
 status = dict(l.split(':\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\t' in l)
