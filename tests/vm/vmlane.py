@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-GUEST_TIMEOUT = int(os.environ.get("LENSBOX_VM_TIMEOUT", 480))
+# The guest runs under TCG: on the slower machines of this kind (bare python3 23-26 ms instead of 13-19) the
+# selection ran past 435 s and was cut off in its last file: 480 s was not enough.
+GUEST_TIMEOUT = int(os.environ.get("LENSBOX_VM_TIMEOUT", 840))
 
 
 class Lane:
