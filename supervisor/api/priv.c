@@ -108,6 +108,13 @@ static void keep_channel(struct lbd_api *a, int ch)
 		close(ch);
 }
 
+/* Whether the core still holds the control socket (it closes it only when it ends or gives up on us). */
+static bool core_alive(struct lbd_api *a)
+{
+	struct pollfd pf = { .fd = a->control_fd, .events = POLLIN };
+	return poll(&pf, 1, 0) >= 0 && !(pf.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
 /* Sends the request on a channel: an idle one first; when that one turns out closed (the send fails, so the core
  * never saw the request), a new one. The channel, or -errno. */
 static int send_request(struct lbd_api *a, uint16_t type, const void *payload, size_t len, int fd)
@@ -162,6 +169,13 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 		lbp_msg_clear(m);
 		keep_channel(a, ch);
 		ch = -1;
+	} else if ((r == -ENODATA || r == -ECONNRESET || r == -EPIPE) && core_alive(a)) {
+		/* The core is there but closed this channel unanswered: it could not take it (out of descriptors or
+		 * threads when it was handed over) or could not go on with the request. */
+		lbd_res_error(
+		    res, 503, "busy",
+		    "lensboxd's core dropped the request (out of file descriptors or threads); the request may "
+		    "or may not have been done. Try again in a moment.");
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");
@@ -375,6 +389,13 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 		} else {
 			lbd_res_error(res, 500, "internal", "Out of memory.");
 		}
+	} else if ((r == -ENODATA || r == -ECONNRESET || r == -EPIPE) && core_alive(a)) {
+		/* The core is there but closed this channel unanswered: it could not take it (out of descriptors or
+		 * threads when it was handed over) or could not go on with the request. */
+		lbd_res_error(
+		    res, 503, "busy",
+		    "lensboxd's core dropped the request (out of file descriptors or threads); the request may "
+		    "or may not have been done. Try again in a moment.");
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		lbd_res_error(res, 503, "core_unavailable",
 			      "lensboxd's core ended before it answered; the request may or may not have been done.");

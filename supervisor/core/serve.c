@@ -241,6 +241,13 @@ int lbd_serve_control(struct lbd *d, int control_fd, int pidfd)
 			usleep(10 * 1000);
 			continue;
 		}
+		/* We are at RLIMIT_NOFILE: the kernel could not give us the channel and dropped it, so the API process
+		 * sees that one channel close and answers busy. The control socket itself is fine: ending here would
+		 * end the API process and every connection it holds. */
+		if (r == -EMFILE || r == -ENFILE) {
+			usleep(10 * 1000);
+			continue;
+		}
 		if (r == -EBADMSG) {
 			refused(d, "control socket", r);
 			continue;
