@@ -108,11 +108,17 @@ static void keep_channel(struct lbd_api *a, int ch)
 		close(ch);
 }
 
-/* Whether the core still holds the control socket (it closes it only when it ends or gives up on us). */
+/* Whether the core still holds the control socket (it closes it only when it ends or gives up on us), asked after a
+ * channel closed unanswered. A core that is ending closes all its descriptors at once, but the channel may be closed
+ * an instant before the control socket: wait up to 100 ms for the hang-up before taking the core for alive. */
 static bool core_alive(struct lbd_api *a)
 {
 	struct pollfd pf = { .fd = a->control_fd, .events = POLLIN };
-	return poll(&pf, 1, 0) >= 0 && !(pf.revents & (POLLHUP | POLLERR | POLLNVAL));
+	int n;
+	do
+		n = poll(&pf, 1, 100);
+	while (n < 0 && errno == EINTR);
+	return n >= 0 && !(pf.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
 /* Sends the request on a channel: an idle one first; when that one turns out closed (the send fails, so the core
