@@ -121,6 +121,20 @@ static bool core_alive(struct lbd_api *a)
 	return n >= 0 && !(pf.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
+/* The answer when the core closed a channel without answering: busy while it still holds the control socket (it could
+ * not take the channel, out of descriptors or threads, or could not go on), else it has ended. */
+static void answer_channel_closed(struct lbd_api *a, struct lbd_res *res)
+{
+	if (core_alive(a))
+		lbd_res_error(
+		    res, 503, "busy",
+		    "lensboxd's core dropped the request (out of file descriptors or threads); the request may "
+		    "or may not have been done. Try again in a moment.");
+	else
+		lbd_res_error(res, 503, "core_unavailable",
+			      "lensboxd's core ended before it answered; the request may or may not have been done.");
+}
+
 /* Sends the request on a channel: an idle one first; when that one turns out closed (the send fails, so the core
  * never saw the request), a new one. The channel, or -errno. */
 static int send_request(struct lbd_api *a, uint16_t type, const void *payload, size_t len, int fd)
@@ -175,16 +189,8 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 		lbp_msg_clear(m);
 		keep_channel(a, ch);
 		ch = -1;
-	} else if ((r == -ENODATA || r == -ECONNRESET || r == -EPIPE) && core_alive(a)) {
-		/* The core is there but closed this channel unanswered: it could not take it (out of descriptors or
-		 * threads when it was handed over) or could not go on with the request. */
-		lbd_res_error(
-		    res, 503, "busy",
-		    "lensboxd's core dropped the request (out of file descriptors or threads); the request may "
-		    "or may not have been done. Try again in a moment.");
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
-		lbd_res_error(res, 503, "core_unavailable",
-			      "lensboxd's core ended before it answered; the request may or may not have been done.");
+		answer_channel_closed(a, res);
 	} else if (!lbd_res_fds_short(res, r, true)) {
 		lbd_res_error(res, 502, "core_error", "The core's answer could not be read: %s.", strerror(-r));
 	}
@@ -395,16 +401,8 @@ void priv_stream(struct lbd_req *req, uint16_t type, const void *payload, size_t
 		} else {
 			lbd_res_error(res, 500, "internal", "Out of memory.");
 		}
-	} else if ((r == -ENODATA || r == -ECONNRESET || r == -EPIPE) && core_alive(a)) {
-		/* The core is there but closed this channel unanswered: it could not take it (out of descriptors or
-		 * threads when it was handed over) or could not go on with the request. */
-		lbd_res_error(
-		    res, 503, "busy",
-		    "lensboxd's core dropped the request (out of file descriptors or threads); the request may "
-		    "or may not have been done. Try again in a moment.");
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
-		lbd_res_error(res, 503, "core_unavailable",
-			      "lensboxd's core ended before it answered; the request may or may not have been done.");
+		answer_channel_closed(a, res);
 	} else if (!lbd_res_fds_short(res, r, true)) {
 		if (r == 0)
 			lbp_msg_clear(m);
