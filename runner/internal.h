@@ -167,6 +167,10 @@ int lb_landlock_build(const struct lb_policy *policy, pid_t pid, int *ret_fd, in
 
 void lb_child_report(int fd, int kind, int err, int status, const char *step);
 
+/* netns.c: lo up and every port bindable in the caller's network namespace (an init child's own, just made);
+ * thin syscall wrappers only. *step names what failed. */
+int lb_netns_setup(const char **step);
+
 /* spawn.c — children on the caller's memory until they exec (CLONE_VM | CLONE_VFORK; the file says what they may
  * do). lb_stacks_map() maps n stacks of size bytes, each above a guard page (NULL with errno; munmap the *ret_len
  * bytes); lb_stack_base() is the lowest byte of stack i. lb_clone3_run() clones per ca (with ca->stack set) and runs

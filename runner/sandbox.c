@@ -104,41 +104,8 @@ struct init_args {
 	size_t n_cg;
 	char report_fd_arg[16];
 	uint32_t uid, gid;
+	bool netns_ready; /* we were born in a network namespace made ahead (lb_netns_make): we make none */
 };
-
-/* Brings up the loopback interface of the new network namespace (owned by our user namespace). */
-static int loopback_up(void)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof(ifr));
-	memcpy(ifr.ifr_name, "lo", 3);
-	int r = 0;
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
-		r = -errno;
-	else {
-		ifr.ifr_flags = (short)(ifr.ifr_flags | IFF_UP);
-		if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
-			r = -errno;
-	}
-	close(s);
-	return r;
-}
-
-/* Writes text to an existing file (a sysctl), without libc's stdio. */
-static int write_file_str(const char *path, const char *text)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	size_t len = strlen(text);
-	ssize_t n = write(fd, text, len);
-	int r = n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
-	close(fd);
-	return r;
-}
 
 /* Drops to uid/gid with nothing: bounding set emptied, then setresuid() from 0 clears permitted, effective and
  * ambient (no keep-caps), then no_new_privs and non-dumpable. */
@@ -208,19 +175,18 @@ LB_BORROWED_STACK static _Noreturn void init_main(const struct init_args *a)
 		close(a->cg_fds[i]);
 	}
 	/* Our own network namespace (owned by our user namespace) with lo up, made while the parent mounts the storage
-	 * and builds the skeleton. Nothing of the host's network is reachable from it: it has only lo. */
+	 * and builds the skeleton; none when we were born in one made ahead. Nothing of the host's network is
+	 * reachable from it: it has only lo. */
 	const char *step = NULL;
 	int r = 0;
-	if (unshare(CLONE_NEWNET) < 0) {
-		r = -errno;
-		step = "creating the network namespace";
+	if (!a->netns_ready) {
+		if (unshare(CLONE_NEWNET) < 0) {
+			r = -errno;
+			step = "creating the network namespace";
+		}
+		if (r == 0)
+			r = lb_netns_setup(&step);
 	}
-	if (r == 0 && (r = loopback_up()) < 0)
-		step = "bringing up lo";
-	/* Any port may be bound, as root could: the namespace's ports are the sandbox's alone, and nothing outside can
-	 * open a connection into it (docs/threat-model.md). The file is this netns's, as we opened it from inside. */
-	if (r == 0 && (r = write_file_str("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")) < 0)
-		step = "allowing every port to be bound (ip_unprivileged_port_start)";
 	if (r < 0) {
 		lb_child_report(a->report_fd, 'E', -r, 0, step);
 		_exit(1);
@@ -509,8 +475,9 @@ struct init_spawn {
 	 * the start's thread reads them once the child said it runs, or once this thread is joined. */
 	pid_t tid;
 	int pidfd;
-	int err;     /* clone3's errno */
-	int wake_fd; /* the child's end of the release pair: one byte once clone3 has returned */
+	int err;      /* clone3's errno */
+	int wake_fd;  /* the child's end of the release pair: one byte once clone3 has returned */
+	int netns_fd; /* a network namespace made ahead, for the child to be born in; -1: none */
 	void *stack;
 	size_t stack_len;
 	pthread_t thread;
@@ -583,6 +550,11 @@ static void *init_spawn_thread(void *arg)
 	sigset_t all;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, NULL);
+	/* Privileged (CAP_SYS_ADMIN): this thread alone (a thread made for this clone, which ends after it) joins the
+	 * namespace made ahead, so the child is born there. Safe: root's own new namespace holding only lo, that no
+	 * sandbox has had. Failing that, the child makes its own as without one. */
+	if (sp->netns_fd >= 0 && setns(sp->netns_fd, CLONE_NEWNET) == 0)
+		sp->args.netns_ready = true;
 	if (lb_clone3_run(&sp->ca, init_child, &sp->args) < 0)
 		sp->err = errno;
 	ssize_t w;
@@ -642,6 +614,7 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 		ca->cgroup = (uint64_t)(unsigned)leaf_fd;
 	}
 	sp->wake_fd = s->release[0];
+	sp->netns_fd = s->spec->ready_netns > 0 ? s->spec->ready_netns : -1;
 	sp->err = 0;
 	r = pthread_create(&sp->thread, NULL, init_spawn_thread, sp);
 	char said = 0;
@@ -823,6 +796,8 @@ static void start_release(struct start *s, bool ok)
 		waitpid(s->pid, NULL, 0);
 	}
 	lb_rootfs_plan_free(s->plan);
+	if (s->spec->ready_netns > 0)
+		close(s->spec->ready_netns); /* the child has its own copy, or made its own namespace */
 #ifdef LB_DISK_READY
 	lb_disk_ready_free(s->ready); /* a start that failed before its storage step */
 #endif
@@ -837,6 +812,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 #ifdef LB_DISK_READY
 		lb_disk_ready_free(spec->disk_ready);
 #endif
+		if (spec->ready_netns > 0)
+			close(spec->ready_netns);
 		return r;
 	}
 	struct start s = { .sb = sb,

@@ -262,16 +262,20 @@ void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target)
 
 /* ---- ready.c ---- */
 
-#define LBD_READY_MAX 16 /* ready_storages' upper bound */
+#define LBD_READY_MAX 16 /* ready_storages' and ready_network_namespaces' upper bound */
 /* Starts the thread that keeps cfg.ready_storages empty filesystems of the default disk size mounted ahead of time
- * (none when 0). After reconciliation; lbd_ready_stop() gives their images back to the disk pool. */
+ * and cfg.ready_network_namespaces network namespaces made (none when both are 0). After reconciliation;
+ * lbd_ready_stop() gives the images back to the disk pool and closes the namespaces. */
 int lbd_ready_start(struct lbd *d, struct lb_error *err);
 void lbd_ready_stop(struct lbd *d);
 /* One ready filesystem of disk_bytes for a start whose storage does not exist yet (the caller hands it to
  * lb_sandbox_start in lb_sandbox_spec.disk_ready), or NULL when none is ready. */
 struct lb_disk_ready *lbd_ready_take(struct lbd *d, uint64_t disk_bytes);
-/* Ready filesystems now and the configured target, for health. */
-void lbd_ready_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
+/* A network namespace made ahead (lb_netns_make) for a start (lb_sandbox_spec.ready_netns), or 0 when none is. */
+int lbd_ready_take_netns(struct lbd *d);
+/* Ready filesystems and network namespaces now, and the configured targets, for health. */
+void lbd_ready_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target, uint32_t *ret_netns,
+		      uint32_t *ret_netns_target);
 
 /* ---- network.c ---- */
 

@@ -373,6 +373,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		 */
 		if (stat(storage, &st) < 0 && errno == ENOENT)
 			spec.disk_ready = lbd_ready_take(d, spec.limits.disk_bytes);
+		spec.ready_netns = lbd_ready_take_netns(d);
 		r = lb_sandbox_start(&spec, &live, &err);
 		if (r < 0) {
 			lbd_image_release(&img);
