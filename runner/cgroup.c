@@ -242,8 +242,8 @@ int lb_cg_detect_root(struct lb_cg_host *host, const char *root, struct lb_error
 	return detect_in(host, root ? root : "", false, err);
 }
 
-static int cg_new(const struct lb_cg_host *host, const char *name, bool create, const struct lb_sandbox_limits *lim,
-		  struct lb_cgroup **ret, struct lb_error *err)
+static int cg_new(const struct lb_cg_host *host, const char *name, const char *ready, bool create,
+		  const struct lb_sandbox_limits *lim, struct lb_cgroup **ret, struct lb_error *err)
 {
 	struct lb_cgroup *cg = calloc(1, sizeof(*cg));
 	if (!cg)
@@ -258,6 +258,7 @@ static int cg_new(const struct lb_cg_host *host, const char *name, bool create, 
 		cg->ops = &lb_cg2_ops;
 	else if (host->version == LB_CGROUP_V1)
 		cg->ops = &lb_cg1_ops;
+	cg->ready = create ? ready : NULL;
 	if (cg->ops)
 		r = cg->ops->setup(host, cg, name, create, lim, err);
 	else
@@ -270,6 +271,7 @@ static int cg_new(const struct lb_cg_host *host, const char *name, bool create, 
 		lb_cg_free(cg);
 		return r;
 	}
+	cg->ready = NULL;
 	*ret = cg;
 	return 0;
 }
@@ -277,12 +279,18 @@ static int cg_new(const struct lb_cg_host *host, const char *name, bool create, 
 int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct lb_sandbox_limits *limits,
 		 struct lb_cgroup **ret, struct lb_error *err)
 {
-	return cg_new(host, name, true, limits, ret, err);
+	return cg_new(host, name, NULL, true, limits, ret, err);
+}
+
+int lb_cg_create_from(const struct lb_cg_host *host, const char *name, const char *ready,
+		      const struct lb_sandbox_limits *limits, struct lb_cgroup **ret, struct lb_error *err)
+{
+	return cg_new(host, name, ready, true, limits, ret, err);
 }
 
 int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err)
 {
-	return cg_new(host, name, false, NULL, ret, err);
+	return cg_new(host, name, NULL, false, NULL, ret, err);
 }
 
 int lb_cg_open_join(const struct lb_cgroup *cg, enum lb_cg_leaf leaf, int *fds, size_t *ret_n, struct lb_error *err)

@@ -66,7 +66,8 @@ struct lb_cgroup {
 	unsigned leaves[LB_CG_MAX_DIRS];
 	int peak_fd;		     /* v2: memory.peak of the run leaf, reset per run through this fd; -1 otherwise */
 	bool peak_reset_unsupported; /* v2 before 6.12: the run leaf is recreated per run instead */
-	bool fresh; /* lb_cg_create made the sandbox directory in every hierarchy: no process can be in it */
+	bool fresh;	   /* lb_cg_create made the sandbox directory in every hierarchy: no process can be in it */
+	const char *ready; /* during lb_cg_create_from only: directories made ahead under this name, to rename (v1) */
 };
 
 /* Fills *host: the usual layout under /sys/fs/cgroup when it is proven there (cgroup.c), else from
@@ -84,6 +85,12 @@ int lb_cg_detect_root(struct lb_cg_host *host, const char *root, struct lb_error
  * the same name (left by a crash) is emptied and reused. On success *ret is the caller's (lb_cg_free). */
 int lb_cg_create(const struct lb_cg_host *host, const char *name, const struct lb_sandbox_limits *limits,
 		 struct lb_cgroup **ret, struct lb_error *err);
+/* The same, from the directories made ahead under the name ready (lb_ready_cgroup_make; v1): each hierarchy's is
+ * renamed to name with its leaves instead of made, then the limits are written. What is not renamed (another v1
+ * layout, an existing cgroup of that name) is made as by lb_cg_create, and ready's directory there removed: none of
+ * ready is left either way. NULL ready: lb_cg_create. */
+int lb_cg_create_from(const struct lb_cg_host *host, const char *name, const char *ready,
+		      const struct lb_sandbox_limits *limits, struct lb_cgroup **ret, struct lb_error *err);
 
 /* Describes the existing cgroup of a sandbox from its name only (for cleanup); does not create anything. */
 int lb_cg_open(const struct lb_cg_host *host, const char *name, struct lb_cgroup **ret, struct lb_error *err);

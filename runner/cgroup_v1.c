@@ -60,6 +60,28 @@ static unsigned ctrl_leaves(int c)
 	}
 }
 
+/* The directory made ahead under cg->ready (lb_ready_cgroup_make) in dirs[i]'s hierarchy becomes dirs[i], leaves
+ * and all: true when renamed. Otherwise (an existing cgroup of dirs[i]'s name: EEXIST; none made ahead there) the
+ * ready one is removed, empty as it was made, and dirs[i] is made as without one. */
+static bool adopt_ready(struct lb_cgroup *cg, size_t i)
+{
+	const char *slash = strrchr(cg->dirs[i], '/');
+	char from[PATH_MAX];
+	snprintf(from, sizeof(from), "%.*s/%s", (int)(slash - cg->dirs[i]), cg->dirs[i], cg->ready);
+	/* rename(2) within our own `lensbox` directory of this hierarchy: v1 renames a cgroup in place (same parent
+	 * only), and refuses an existing target (EEXIST) rather than replacing it. Safe: both are our names, and the
+	 * ready directory was made by us and never joined by a process. */
+	if (rename(from, cg->dirs[i]) == 0)
+		return true;
+	for (int leaf = LB_CG_INIT; leaf <= LB_CG_RUN; leaf++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%s/%s", from, lb_cg_leaf_name((enum lb_cg_leaf)leaf));
+		(void)rmdir(path); /* an empty cgroup of our own; ENOENT when this hierarchy has no such leaf */
+	}
+	(void)rmdir(from);
+	return false;
+}
+
 static int cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const char *name, bool create,
 		     const struct lb_sandbox_limits *lim, struct lb_error *err)
 {
@@ -87,6 +109,8 @@ static int cg1_setup(const struct lb_cg_host *host, struct lb_cgroup *cg, const 
 		return 0;
 
 	for (size_t i = 0; i < cg->n_dirs; i++) {
+		if (cg->ready && adopt_ready(cg, i))
+			continue;
 		/* mkdir below our own `lensbox` directory of this hierarchy only (the chain the first time). */
 		if (mkdir(cg->dirs[i], 0755) == 0)
 			continue;

@@ -509,7 +509,8 @@ static int start_cgroup(struct start *s, struct lb_error *err)
 	int r;
 	if ((r = lb_cg_detect(&host, err)) < 0)
 		return r;
-	if ((r = lb_cg_create(&host, s->spec->name, &s->spec->limits, &sb->cg, err)) < 0) {
+	/* Directories made ahead (v1) are renamed into place, or removed where they cannot be. */
+	if ((r = lb_cg_create_from(&host, s->spec->name, s->spec->ready_cgroup, &s->spec->limits, &sb->cg, err)) < 0) {
 		lb_error_wrap(err, "creating the sandbox cgroup");
 		return r;
 	}
@@ -804,16 +805,25 @@ static void start_release(struct start *s, bool ok)
 	s->ready = NULL;
 }
 
+/* What was made ahead for a start that refused the spec before its first step: nothing of it is used. */
+static void spec_release_ready(const struct lb_sandbox_spec *spec)
+{
+#ifdef LB_DISK_READY
+	lb_disk_ready_free(spec->disk_ready);
+#endif
+	if (spec->ready_netns > 0)
+		close(spec->ready_netns);
+	if (spec->ready_cgroup)
+		(void)lb_ready_cgroup_remove(spec->ready_cgroup, NULL);
+}
+
 int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err)
 {
 	struct lb_sandbox *sb = NULL;
 	int r = sandbox_new(spec, &sb, err);
 	if (r < 0) {
-#ifdef LB_DISK_READY
-		lb_disk_ready_free(spec->disk_ready);
-#endif
-		if (spec->ready_netns > 0)
-			close(spec->ready_netns);
+		if (spec)
+			spec_release_ready(spec);
 		return r;
 	}
 	struct start s = { .sb = sb,

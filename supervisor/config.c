@@ -93,8 +93,9 @@ static const struct key_def keys[] = {
 	  "empty storage filesystems of the default disk size kept mounted ahead of time for new sandboxes that no "
 	  "spare "
 	  "serves (0-16); 0: none" },
-	{ "ready_network_namespaces", K_U32, FN(ready_network_namespaces), 0, 16, "2",
-	  "network namespaces (lo only) kept made ahead of time for sandboxes to start in (0-16); 0: none" },
+	{ "ready_starts", K_U32, FN(ready_starts), 0, 16, "2",
+	  "starts whose request-independent parts are made ahead of time: a network namespace each and, on cgroup v1, "
+	  "the cgroup directories (0-16); 0: none" },
 	{ "max_connections", K_U32, FN(max_connections), 8, 4096, "512", "simultaneous API connections (8-4096)" },
 	{ "connection_timeout_seconds", K_U32, FN(connection_timeout_seconds), 5, 3600, "900",
 	  "an idle or stalled connection is closed after this long (5-3600)" },

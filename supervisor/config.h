@@ -40,12 +40,12 @@ struct lbd_config {
 	uint64_t idle_seconds;		 /* a running sandbox unused this long is stopped */
 	uint64_t keep_seconds;		 /* a sandbox unused this long is deleted with its files */
 	uint32_t default_timeout_seconds;
-	uint32_t default_output_limit;	   /* characters of stdout (head) and stderr (tail) */
-	uint32_t max_running;		   /* running sandboxes at once */
-	uint32_t spare_sandboxes;	   /* started ahead of time for new conversations (spares.c) */
-	uint32_t ready_storages;	   /* new storages' filesystems mounted ahead of time (ready.c) */
-	uint32_t ready_network_namespaces; /* network namespaces made ahead of time for starts (ready.c) */
-	uint32_t max_connections;	   /* simultaneous API connections */
+	uint32_t default_output_limit; /* characters of stdout (head) and stderr (tail) */
+	uint32_t max_running;	       /* running sandboxes at once */
+	uint32_t spare_sandboxes;      /* started ahead of time for new conversations (spares.c) */
+	uint32_t ready_storages;       /* new storages' filesystems mounted ahead of time (ready.c) */
+	uint32_t ready_starts;	       /* network namespaces and v1 cgroup sets made ahead for starts (ready.c) */
+	uint32_t max_connections;      /* simultaneous API connections */
 	uint32_t connection_timeout_seconds;
 	uint32_t uid_range_start; /* first host uid (and gid) handed to sandboxes */
 	uint32_t uid_range_count;

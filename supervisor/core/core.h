@@ -262,10 +262,12 @@ void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target)
 
 /* ---- ready.c ---- */
 
-#define LBD_READY_MAX 16 /* ready_storages' and ready_network_namespaces' upper bound */
-/* Starts the thread that keeps cfg.ready_storages empty filesystems of the default disk size mounted ahead of time
- * and cfg.ready_network_namespaces network namespaces made (none when both are 0). After reconciliation;
- * lbd_ready_stop() gives the images back to the disk pool and closes the namespaces. */
+#define LBD_READY_MAX	  16 /* ready_storages' and ready_starts' upper bound */
+#define LBD_READY_CG_NAME 32 /* a ready cgroup set's name: r<uid_range_start>-<n> */
+/* Starts the thread that keeps cfg.ready_storages empty filesystems of the default disk size mounted ahead of time,
+ * and cfg.ready_starts network namespaces and (cgroup v1) cgroup sets made (none when both are 0), after sweeping the
+ * sets a dead instance left. After reconciliation; lbd_ready_stop() gives the images back to the disk pool, closes
+ * the namespaces and removes the sets. */
 int lbd_ready_start(struct lbd *d, struct lb_error *err);
 void lbd_ready_stop(struct lbd *d);
 /* One ready filesystem of disk_bytes for a start whose storage does not exist yet (the caller hands it to
@@ -273,9 +275,16 @@ void lbd_ready_stop(struct lbd *d);
 struct lb_disk_ready *lbd_ready_take(struct lbd *d, uint64_t disk_bytes);
 /* A network namespace made ahead (lb_netns_make) for a start (lb_sandbox_spec.ready_netns), or 0 when none is. */
 int lbd_ready_take_netns(struct lbd *d);
-/* Ready filesystems and network namespaces now, and the configured targets, for health. */
-void lbd_ready_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target, uint32_t *ret_netns,
-		      uint32_t *ret_netns_target);
+/* A cgroup set made ahead (lb_ready_cgroup_make) for a start (lb_sandbox_spec.ready_cgroup): its name into name,
+ * and true; false when none is. The start then owns it. */
+bool lbd_ready_take_cgroup(struct lbd *d, char name[LBD_READY_CG_NAME]);
+/* What is ready now, and the configured targets, for health. */
+struct lbd_ready_counts {
+	uint32_t storages, storages_target;
+	uint32_t starts_target, netns, cgroups;
+	bool cgroups_made; /* false on cgroup v2 (nothing to rename) or after a failure: starts make their own */
+};
+void lbd_ready_counts(struct lbd *d, struct lbd_ready_counts *ret);
 
 /* ---- network.c ---- */
 

@@ -119,17 +119,22 @@ void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	lbd_gen_uint(g, "ready", spares_ready);
 	lbd_gen_uint(g, "target", spares_target);
 	yajl_gen_map_close(g);
-	uint32_t ready_now = 0, ready_target = 0, netns_now = 0, netns_target = 0;
-	lbd_ready_counts(d, &ready_now, &ready_target, &netns_now, &netns_target);
+	struct lbd_ready_counts rc;
+	lbd_ready_counts(d, &rc);
 	lbd_gen_key(g, "ready_storages");
 	yajl_gen_map_open(g);
-	lbd_gen_uint(g, "ready", ready_now);
-	lbd_gen_uint(g, "target", ready_target);
+	lbd_gen_uint(g, "ready", rc.storages);
+	lbd_gen_uint(g, "target", rc.storages_target);
 	yajl_gen_map_close(g);
-	lbd_gen_key(g, "ready_network_namespaces");
+	lbd_gen_key(g, "ready_starts");
 	yajl_gen_map_open(g);
-	lbd_gen_uint(g, "ready", netns_now);
-	lbd_gen_uint(g, "target", netns_target);
+	lbd_gen_uint(g, "target", rc.starts_target);
+	lbd_gen_uint(g, "network_namespaces", rc.netns);
+	/* null: cgroup v2 (no cgroup can be renamed), or making a set failed (logged): starts make their own */
+	if (rc.cgroups_made)
+		lbd_gen_uint(g, "cgroups", rc.cgroups);
+	else
+		lbd_gen_null(g, "cgroups");
 	yajl_gen_map_close(g);
 	lbd_gen_uint(g, "runs_in_flight", in_flight);
 	lbd_gen_key(g, "api_process");

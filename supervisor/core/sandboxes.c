@@ -374,8 +374,15 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		if (stat(storage, &st) < 0 && errno == ENOENT)
 			spec.disk_ready = lbd_ready_take(d, spec.limits.disk_bytes);
 		spec.ready_netns = lbd_ready_take_netns(d);
+		char ready_cg[LBD_READY_CG_NAME];
+		if (lbd_ready_take_cgroup(d, ready_cg))
+			spec.ready_cgroup = ready_cg;
 		r = lb_sandbox_start(&spec, &live, &err);
 		if (r < 0) {
+			if (spec.ready_cgroup) { /* a start that failed before its cgroup step left the set */
+				struct lb_error e1 = { 0 };
+				(void)lb_ready_cgroup_remove(spec.ready_cgroup, &e1);
+			}
 			lbd_image_release(&img);
 			release_slot(d);
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);

@@ -183,7 +183,7 @@ def test_restart_reconciles_and_keeps_files():
         d.ok_run(n1, "open('a.txt', 'w').write('one')")
         d.ok_run(n2, "open('b.txt', 'w').write('two')")
         d.kill9()
-        assert d.leaks(settle=0), "SIGKILL should leave the running sandboxes behind for reconciliation to find"
+        assert d.leaks(settle=0, made_ahead=False), "SIGKILL should leave the running sandboxes behind for reconciliation to find"
         d.start()
         assert d.leaks() == []
         listing = {s["name"]: s["state"] for s in d.request("GET", "/v1/sandboxes")[1]["sandboxes"]}

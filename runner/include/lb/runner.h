@@ -92,6 +92,10 @@ struct lb_sandbox_spec {
 	/* A network namespace made ahead of time (lb_netns_make), for the sandbox to start in instead of making its own
 	 * during the start. lb_sandbox_start owns the descriptor from the call on, used or not. 0: none. */
 	int ready_netns;
+	/* cgroup directories made ahead of time under this name (lb_ready_cgroup_make), renamed to the sandbox's by the
+	 * start instead of made. lb_sandbox_start owns them from the call on: renamed, or removed (a start that fails
+	 * before it has read the host's cgroup layout leaves them: lb_ready_cgroup_remove). NULL: none. */
+	const char *ready_cgroup;
 	const char *run_dir; /* runtime state, e.g. /run/lensbox; mounts live under run_dir/mnt/<name> */
 	uid_t host_uid;	     /* unique to this sandbox; mapped to its user (policy sandbox_uid, 1000) */
 	gid_t host_gid;
@@ -220,6 +224,15 @@ int lb_sandbox_refill_pool(const char *pool, uint64_t disk_bytes, bool bound);
  * runner/netns.c. Returns its descriptor (CLOEXEC, never 0-2), for lb_sandbox_spec.ready_netns, or a negative
  * errno; the calling thread stays in its own namespace (an error says when it could not). ~0.7 ms on a 2-core host. */
 int lb_netns_make(struct lb_error *err);
+
+/* A sandbox's cgroup directories made ahead of time by the caller (root), for lb_sandbox_spec.ready_cgroup:
+ * runner/cgroup_ready.c. cgroup v1 only (-ENOTSUP elsewhere: v2 renames no cgroup). ready is a name of the sandbox
+ * name grammar that no sandbox uses and that the caller never reuses (-EEXIST when it exists). ~0.3 ms. */
+int lb_ready_cgroup_make(const char *ready, struct lb_error *err);
+/* Removes the directories of a ready name nobody took (they hold no process). */
+int lb_ready_cgroup_remove(const char *ready, struct lb_error *err);
+/* Removes every ready name beginning with prefix (what a crashed caller left); 0 on a host without v1. */
+int lb_ready_cgroup_sweep(const char *prefix, struct lb_error *err);
 
 /* A new storage's filesystem ready ahead of time (runner/disk_ready.c, not in the musl build of the tool): an image
  * taken from the pool, attached and mounted nowhere (a detached mount only this object reaches), for a start to move
