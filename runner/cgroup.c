@@ -237,6 +237,25 @@ int lb_cg_detect(struct lb_cg_host *host, struct lb_error *err)
 	return detect_in(host, "", false, err);
 }
 
+int lb_cgroups_find(struct lb_cg_host **ret, struct lb_error *err)
+{
+	struct lb_cg_host *host = calloc(1, sizeof(*host));
+	if (!host)
+		return lb_error_set(err, ENOMEM, "allocating the cgroup layout");
+	int r = lb_cg_detect(host, err);
+	if (r < 0) {
+		free(host);
+		return r;
+	}
+	*ret = host;
+	return 0;
+}
+
+void lb_cgroups_free(struct lb_cg_host *host)
+{
+	free(host);
+}
+
 int lb_cg_detect_root(struct lb_cg_host *host, const char *root, struct lb_error *err)
 {
 	return detect_in(host, root ? root : "", false, err);

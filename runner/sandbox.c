@@ -505,12 +505,16 @@ struct start {
 static int start_cgroup(struct start *s, struct lb_error *err)
 {
 	struct lb_sandbox *sb = s->sb;
-	struct lb_cg_host host;
+	struct lb_cg_host found;
+	const struct lb_cg_host *host = s->spec->cgroups;
 	int r;
-	if ((r = lb_cg_detect(&host, err)) < 0)
-		return r;
+	if (!host) {
+		if ((r = lb_cg_detect(&found, err)) < 0)
+			return r;
+		host = &found;
+	}
 	/* Directories made ahead (v1) are renamed into place, or removed where they cannot be. */
-	if ((r = lb_cg_create_from(&host, s->spec->name, s->spec->ready_cgroup, &s->spec->limits, &sb->cg, err)) < 0) {
+	if ((r = lb_cg_create_from(host, s->spec->name, s->spec->ready_cgroup, &s->spec->limits, &sb->cg, err)) < 0) {
 		lb_error_wrap(err, "creating the sandbox cgroup");
 		return r;
 	}

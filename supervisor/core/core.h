@@ -60,7 +60,8 @@ struct lbd {
 	struct lbd_config cfg;
 	struct lb_policy *policy; /* NULL when it failed to load: health says why, runs get 503 */
 	char policy_error[1024];
-	struct lb_host_facts host; /* measured once at start */
+	struct lb_host_facts host;  /* measured once at start */
+	struct lb_cg_host *cgroups; /* the cgroup layout found at start, for every start (NULL: each looks) */
 	struct lb_store *store;
 	char
 	    disk_pool[300]; /* <state_dir>/disk-pool: pre-formatted storage images (runner/disk_pool.c), set at start */

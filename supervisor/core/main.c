@@ -298,6 +298,9 @@ static int start_serving(struct lbd *d, struct lbd_api_proc **ret_api, pthread_t
 	struct lb_error err = { 0 };
 	/* The leaf first: the services' supervisor is forked by lbd_network_start() and stays in our cgroup. */
 	move_to_leaf_cgroup();
+	/* Found once, where we now are, for every start: before the threads that start sandboxes exist. */
+	if (lb_cgroups_find(&d->cgroups, &err) < 0)
+		d->cgroups = NULL; /* each start looks itself, and says why it cannot run */
 	lbd_network_start(d);
 	/* Before the API's threads exist, which read d->spares; not fatal: new sandboxes are then started on demand. */
 	if (lbd_spares_start(d, &err) < 0)
@@ -355,6 +358,7 @@ static int shut_down(struct lbd *d, struct lbd_api_proc *api, pthread_t timer)
 	lb_store_close(d->store);
 	lbd_images_close(d);
 	lb_policy_free(d->policy);
+	lb_cgroups_free(d->cgroups);
 	lb_info(NULL, "lensboxd stopped");
 	return r < 0 ? 1 : 0;
 }

@@ -43,6 +43,7 @@ void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint
 	*ret = (struct lb_sandbox_spec){
 		.disk_pool = d->disk_pool,
 		.disk_pool_bound = true, /* a killed lensboxd must leave no process of its own */
+		.cgroups = d->cgroups,
 		.name = key,
 		.hostname = LBD_SANDBOX_HOSTNAME,
 		.rootfs = img->info->rootfs,
