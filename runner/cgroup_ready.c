@@ -38,12 +38,18 @@ static int detect_v1(struct lb_cg_host *host, struct lb_error *err)
 	return 0;
 }
 
-int lb_ready_cgroup_make(const char *ready, struct lb_error *err)
+/* A ready name checked and the v1 layout found, or an error. */
+static int ready_host(const char *ready, struct lb_cg_host *host, struct lb_error *err)
 {
 	if (!lb_sandbox_name_valid(ready))
 		return lb_error_setx(err, EINVAL, "invalid name for cgroup directories made ahead");
+	return detect_v1(host, err);
+}
+
+int lb_ready_cgroup_make(const char *ready, struct lb_error *err)
+{
 	struct lb_cg_host host;
-	int r = detect_v1(&host, err);
+	int r = ready_host(ready, &host, err);
 	if (r < 0)
 		return r;
 	/* No limit: the start that takes them writes its sandbox's. */
@@ -61,10 +67,8 @@ int lb_ready_cgroup_make(const char *ready, struct lb_error *err)
 
 int lb_ready_cgroup_remove(const char *ready, struct lb_error *err)
 {
-	if (!lb_sandbox_name_valid(ready))
-		return lb_error_setx(err, EINVAL, "invalid name for cgroup directories made ahead");
 	struct lb_cg_host host;
-	int r = detect_v1(&host, err);
+	int r = ready_host(ready, &host, err);
 	if (r < 0)
 		return r;
 	struct lb_cgroup *cg = NULL;
