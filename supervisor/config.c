@@ -89,6 +89,9 @@ static const struct key_def keys[] = {
 	{ "spare_sandboxes", K_U32, FN(spare_sandboxes), 0, 64, "1",
 	  "sandboxes kept started ahead of time for new conversations, of the spec most new ones ask for (0-64); 0: "
 	  "none" },
+	{ "spare_sandboxes_max", K_U32, FN(spare_sandboxes_max), 0, 64, "4",
+	  "spares kept after a burst of new sandboxes: the largest burst of the last minute, up to this (0-64); at "
+	  "most spare_sandboxes when below it" },
 	{ "ready_storages", K_U32, FN(ready_storages), 0, 16, "2",
 	  "empty storage filesystems of the default disk size kept mounted ahead of time for new sandboxes that no "
 	  "spare "

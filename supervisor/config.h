@@ -43,6 +43,7 @@ struct lbd_config {
 	uint32_t default_output_limit; /* characters of stdout (head) and stderr (tail) */
 	uint32_t max_running;	       /* running sandboxes at once */
 	uint32_t spare_sandboxes;      /* started ahead of time for new conversations (spares.c) */
+	uint32_t spare_sandboxes_max;  /* the most spares kept after a burst of new sandboxes (arrivals.c) */
 	uint32_t ready_storages;       /* new storages' filesystems mounted ahead of time (ready.c) */
 	uint32_t ready_starts;	       /* network namespaces and v1 cgroup sets made ahead for starts (ready.c) */
 	uint32_t max_connections;      /* simultaneous API connections */

@@ -982,8 +982,11 @@ static int cmd_health(const struct opts *o, int argc, char **argv)
 		line("sandboxes:", buf);
 		yajl_val spares = lbc_jget(h, "spares");
 		if (spares) {
-			snprintf(buf, sizeof(buf), "%lld ready of %lld", (long long)lbc_jint(spares, "ready", 0),
-				 (long long)lbc_jint(spares, "target", 0));
+			long long target = lbc_jint(spares, "target", 0), max = lbc_jint(spares, "max", 0);
+			int w = snprintf(buf, sizeof(buf), "%lld ready of %lld",
+					 (long long)lbc_jint(spares, "ready", 0), target);
+			if (max > target && w > 0 && (size_t)w < sizeof(buf))
+				snprintf(buf + w, sizeof(buf) - (size_t)w, " (up to %lld after a burst)", max);
 			line("spares:", buf);
 		}
 		snprintf(buf, sizeof(buf), "%lld", (long long)lbc_jint(h, "runs_in_flight", 0));

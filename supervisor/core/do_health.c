@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "arrivals.h"
 #include "core.h"
 #include "lb/netfilter.h"
 
@@ -118,6 +119,7 @@ void lbd_do_health(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 	yajl_gen_map_open(g);
 	lbd_gen_uint(g, "ready", spares_ready);
 	lbd_gen_uint(g, "target", spares_target);
+	lbd_gen_uint(g, "max", lbd_arrivals_spares(UINT32_MAX, d->cfg.spare_sandboxes, d->cfg.spare_sandboxes_max));
 	yajl_gen_map_close(g);
 	struct lbd_ready_counts rc;
 	lbd_ready_counts(d, &rc);

@@ -3,12 +3,13 @@
  * built (an empty storage filesystem made, a root mounted, cgroups and namespaces set up: ~10 ms, half of what a
  * short Python run takes).
  *
- * Runs in lensboxd (root): one thread of its own keeps cfg.spare_sandboxes spares ready; connection threads take
- * them (lbd_spares_claim, under the claiming sandbox's turn). A spare is a complete sandbox of the spec new
- * sandboxes ask for (image at its current digest, network, cpu, memory and disk) with an empty storage and a host
- * uid of its own, started under the runner key of that uid ("u<uid>"), exactly as a named sandbox would be. Its
- * uid is reserved in the store's spares table before anything is made, so the allocator never hands it out twice,
- * and a crash leaves a record for the next start's reconciliation to clean up.
+ * Runs in lensboxd (root): one thread of its own keeps spares ready; connection threads take them
+ * (lbd_spares_claim, under the claiming sandbox's turn). How many: cfg.spare_sandboxes, or more after a burst of new
+ * sandboxes, up to cfg.spare_sandboxes_max (arrivals.c); the surplus is discarded once the burst is a minute old. A
+ * spare is a complete sandbox of the spec new sandboxes ask for (image at its current digest, network, cpu, memory and
+ * disk) with an empty storage and a host uid of its own, started under the runner key of that uid ("u<uid>"), exactly
+ * as a named sandbox would be. Its uid is reserved in the store's spares table before anything is made, so the
+ * allocator never hands it out twice, and a crash leaves a record for the next start's reconciliation to clean up.
  *
  * Which spec: the one most new sandboxes asked for among the last SPARE_WINDOW (the config's default spec stands in
  * for the ones not seen yet, and keeps its place on a tie). So a client whose sandboxes all differ from the
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #include "lb/log.h"
+#include "arrivals.h"
 #include "core.h"
 
 /* After a failure to make a spare, the thread waits this long before trying again (and logs once per wait). */
@@ -46,6 +48,10 @@
 #define SPARE_SETTLE_MS 200
 /* The spares' spec is the most asked for among this many new sandboxes (the default filling the window at start). */
 #define SPARE_WINDOW 8
+/* The pool is sized by the largest burst of new sandboxes (arrivals within SPARE_BURST_MS of each other) seen in the
+ * last SPARE_RATE_WINDOW_MS (arrivals.c). */
+#define SPARE_RATE_WINDOW_MS 60000
+#define SPARE_BURST_MS	     5000
 
 struct spare {
 	struct spare *next;
@@ -65,6 +71,7 @@ struct lbd_spares {
 	struct lb_store_spec want;		  /* what spares are made of: the most asked for in asked[] */
 	struct lb_store_spec asked[SPARE_WINDOW]; /* the specs of the last new sandboxes, a ring */
 	unsigned next_asked;
+	struct lbd_arrivals arrivals; /* when new sandboxes asked for a spare */
 	pthread_t thread;
 	bool thread_started;
 };
@@ -192,6 +199,13 @@ static bool same_spec(const struct lb_store_spec *a, const struct lb_store_spec 
 	       a->memory_bytes == b->memory_bytes && a->disk_bytes == b->disk_bytes;
 }
 
+/* How many spares to keep now (caller holds mu). */
+static uint32_t target_locked(struct lbd *d, struct lbd_spares *s, uint64_t now)
+{
+	uint32_t peak = lbd_arrivals_peak(&s->arrivals, now, SPARE_RATE_WINDOW_MS, SPARE_BURST_MS);
+	return lbd_arrivals_spares(peak, d->cfg.spare_sandboxes, d->cfg.spare_sandboxes_max);
+}
+
 /* Takes the spares that no longer match the wanted spec, or the digest its image has now, out of the list (caller
  * holds mu). */
 static struct spare *take_stale_locked(struct lbd_spares *s, const char *digest)
@@ -239,7 +253,18 @@ static void *spares_main(void *arg)
 			continue;
 		}
 		bool retry_due = !failing || now - failed_mono >= SPARE_RETRY_MS;
-		if (s->ready < d->cfg.spare_sandboxes && digest[0] && retry_due) {
+		uint32_t target = target_locked(d, s, now);
+		if (s->ready > target && s->list) {
+			/* The burst that grew the pool is over: one surplus spare goes per pass. */
+			struct spare *sp = s->list;
+			s->list = sp->next;
+			s->ready--;
+			pthread_mutex_unlock(&s->mu);
+			discard(d, sp, "more spares than new sandboxes lately call for");
+			pthread_mutex_lock(&s->mu);
+			continue;
+		}
+		if (s->ready < target && digest[0] && retry_due) {
 			pthread_mutex_unlock(&s->mu);
 			struct lb_error err = { 0 };
 			uint64_t t0 = lbd_mono_ms();
@@ -404,6 +429,11 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 		}
 	}
 	bool changed = note_asked_locked(s, &asked);
+	uint64_t now = lbd_mono_ms();
+	uint32_t before = target_locked(d, s, now);
+	lbd_arrivals_note(&s->arrivals, now);
+	if (target_locked(d, s, now) > before)
+		changed = true;
 	if (sp || changed) {
 		s->claimed_mono = lbd_mono_ms();
 		pthread_cond_signal(&s->cv);
@@ -428,11 +458,12 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target)
 {
 	struct lbd_spares *s = d->spares;
-	*ret_target = d->cfg.spare_sandboxes;
+	*ret_target = lbd_arrivals_spares(0, d->cfg.spare_sandboxes, d->cfg.spare_sandboxes_max);
 	*ret_ready = 0;
 	if (!s)
 		return;
 	pthread_mutex_lock(&s->mu);
 	*ret_ready = s->ready;
+	*ret_target = target_locked(d, s, lbd_mono_ms());
 	pthread_mutex_unlock(&s->mu);
 }

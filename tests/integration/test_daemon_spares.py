@@ -1,8 +1,12 @@
 """Spare sandboxes (supervisor/spares.c): lensboxd keeps `spare_sandboxes` sandboxes of the default spec started, and
 a new conversation's first run takes one instead of building a sandbox. Proven here: a spare is handed over (its
 uid becomes the sandbox's), it is empty and isolated like any other sandbox, a sandbox whose spec differs does not
-take one, the pool refills, and nothing of a spare outlives the daemon — neither a clean stop nor a SIGKILL and
-restart (reconciliation removes the last instance's spares)."""
+take one, the pool refills, it grows after a burst of new sandboxes and shrinks back (arrivals.c), and nothing of a
+spare outlives the daemon — neither a clean stop nor a SIGKILL and restart (reconciliation removes the last
+instance's spares).
+
+Tests about something else than the pool's size fix it (`spare_sandboxes_max` = `spare_sandboxes`), so that a few
+new sandboxes in a row do not grow it under their counts."""
 import os
 import sqlite3
 import subprocess
@@ -31,7 +35,7 @@ def started_lines(d, name):
 
 
 def test_first_run_takes_a_spare_and_the_pool_refills():
-    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+    with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
         assert spares(d)["target"] == 2
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         before = spare_uids(d)
@@ -61,7 +65,7 @@ def test_first_run_takes_a_spare_and_the_pool_refills():
 
 def test_cli_health_shows_the_spares():
     lensbox = os.path.join(BUILD_DIR, "clients", "cli", "lensbox")
-    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+    with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         p = subprocess.run([lensbox, "health"], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, LENSBOX_SOCKET=d.socket))
@@ -70,7 +74,7 @@ def test_cli_health_shows_the_spares():
 
 
 def test_two_claimed_spares_are_two_separate_sandboxes():
-    with Daemon(settings={"spare_sandboxes": "2"}) as d:
+    with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         a, b = d.name("a"), d.name("b")
         d.ok_run(a, "open('/sandbox/mine.txt', 'w').write('a'); open('/tmp/t', 'w').write('a')")
@@ -83,7 +87,7 @@ def test_two_claimed_spares_are_two_separate_sandboxes():
 
 
 def test_a_different_spec_does_not_take_a_spare():
-    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+    with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
         held = spare_uids(d)
         n = d.name("small")
@@ -92,6 +96,43 @@ def test_a_different_spec_does_not_take_a_spare():
         assert any("spare=no" in line for line in started_lines(d, n)), started_lines(d, n)
         assert spare_uids(d) == held and spares(d)["ready"] == 1
         assert d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] not in held
+
+
+def test_the_pool_grows_after_a_burst_and_shrinks_back():
+    """Three new sandboxes within seconds: the pool grows from 1 to 3 (spare_sandboxes_max), the next burst of three
+    is served by spares only, and a minute after the last burst the surplus is discarded, leaving nothing behind."""
+    with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "3", "log_level": "debug"}) as d:
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert spares(d)["target"] == 1 and spares(d)["max"] == 3
+        first = [d.name(f"b1-{i}") for i in range(3)]
+        for n in first:
+            d.ok_run(n, "pass")
+        assert any("spare=yes" in line for line in started_lines(d, first[0]))
+        assert any("spare=no" in line for line in started_lines(d, first[2])), "one spare: the burst drained it"
+        assert spares(d)["target"] == 3, spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 3, 30), spares(d)
+        assert len(spare_uids(d)) == 3
+        second = [d.name(f"b2-{i}") for i in range(3)]
+        for n in second:
+            d.ok_run(n, "pass")
+        for n in second:
+            assert any("spare=yes" in line for line in started_lines(d, n)), (n, started_lines(d, n))
+        assert wait_for(lambda: spares(d)["ready"] == 3, 30), spares(d)
+        # a minute after the second burst (plus the thread's 2 s check), back to one
+        assert wait_for(lambda: spares(d)["target"] == 1 and spares(d)["ready"] == 1, 75), spares(d)
+        assert len(spare_uids(d)) == 1
+        assert "more spares than new sandboxes lately call for" in d.read_log()
+        uids = spare_uids(d) + [d.request("GET", f"/v1/sandboxes/{n}")[1]["host_uid"] for n in first + second]
+        assert d.leaks(settle=1.0, except_uids=uids) == []
+
+
+def test_a_ceiling_below_the_floor_keeps_the_floor():
+    with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "1"}) as d:
+        assert spares(d)["target"] == 2 and spares(d)["max"] == 2, spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        for i in range(4):
+            d.ok_run(d.name(f"n{i}"), "pass")
+        assert spares(d)["target"] == 2, spares(d)
 
 
 def memory_limit_of(d, name):
@@ -109,7 +150,7 @@ def test_spares_follow_the_spec_most_new_sandboxes_ask_for():
     """A client whose new sandboxes all ask for something else than the defaults (here 1 GiB of memory) gets spares
     of that after a few of them (five of the last eight); an odd one now and then does not move them (four of eight
     is a tie, and the spec of the spares keeps its place)."""
-    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+    with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
         default_uids = spare_uids(d)
         names = [d.name(f"big{i}") for i in range(6)]
@@ -133,7 +174,7 @@ def test_spares_follow_the_spec_most_new_sandboxes_ask_for():
 
 
 def test_a_file_upload_to_a_new_sandbox_takes_a_spare():
-    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+    with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
         assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
         held = spare_uids(d)
         n = d.name("upload")
@@ -144,7 +185,7 @@ def test_a_file_upload_to_a_new_sandbox_takes_a_spare():
 
 
 def test_recreated_sandbox_takes_a_spare_and_delete_leaves_only_spares():
-    with Daemon(settings={"spare_sandboxes": "1"}) as d:
+    with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
         image_tool(d.images, "tag", "python:3.12-slim", "python:other")
         n = d.name("recreate")
         d.ok_run(n, "open('old.txt', 'w').write('old')", sandbox={"image": "python:other"})
@@ -164,7 +205,7 @@ def test_recreated_sandbox_takes_a_spare_and_delete_leaves_only_spares():
 
 
 def test_nothing_of_a_spare_outlives_a_stop_or_a_crash():
-    d = Daemon(settings={"spare_sandboxes": "2"})
+    d = Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"})
     try:
         assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
         old = spare_uids(d)
