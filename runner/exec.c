@@ -499,7 +499,7 @@ struct exec_run {
 	void *c1_stack_base;
 	struct lb_cg_stats before;
 	uint64_t t0;
-	bool timed_out, have_status;
+	bool timed_out, hung_up, have_status;
 	siginfo_t status;
 };
 
@@ -640,8 +640,9 @@ static int exec_start(struct lb_sandbox *sb, struct exec_run *x, struct lb_error
 }
 
 /* The output and notification loop: captures stdout and stderr, answers the counting filter's notifications, and
- * once the program has ended or the deadline passed kills everything left in the `run` leaf, then drains the
- * pipes. Returns once nothing of the run is left alive (or that could not be made sure: an error, no result). */
+ * once the program has ended, the deadline passed or spec->hangup_fd hung up, kills everything left in the `run`
+ * leaf, then drains the pipes. Returns once nothing of the run is left alive (or that could not be made sure: an
+ * error, no result). */
 static int exec_wait(struct lb_sandbox *sb, const struct lb_exec_spec *spec, struct exec_run *x, struct lb_error *err)
 {
 	bool main_done = false, killed = false;
@@ -651,8 +652,8 @@ static int exec_wait(struct lb_sandbox *sb, const struct lb_exec_spec *spec, str
 	lb_error_clear(&kill_err);
 	for (;;) {
 		uint64_t now = now_ms();
-		if (!killed && (main_done || (deadline && now >= deadline))) {
-			if (!main_done)
+		if (!killed && (main_done || x->hung_up || (deadline && now >= deadline))) {
+			if (!main_done && !x->hung_up)
 				x->timed_out = true;
 			/* The main program is gone (or out of time): everything left in the run leaf dies before the
 			 * result, whether or not it holds our pipes (a daemon that closed them is no less alive), so
@@ -670,11 +671,13 @@ static int exec_wait(struct lb_sandbox *sb, const struct lb_exec_spec *spec, str
 			kill(x->c2, SIGKILL); /* our unreaped child: the pid is still C2's */
 			drain_deadline = now + DRAIN_AFTER_KILL_MS;
 		}
-		struct pollfd pf[5];
+		struct pollfd pf[6];
 		nfds_t n = 0;
 		pf[n++] = (struct pollfd){ .fd = main_done ? -1 : x->c2_pidfd, .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = x->out[0], .events = POLLIN };
 		pf[n++] = (struct pollfd){ .fd = x->errp[0], .events = POLLIN };
+		/* events 0: only a hang-up (POLLHUP, POLLERR) is reported, never data the far end may send. */
+		pf[n++] = (struct pollfd){ .fd = spec->hangup_fd > 0 && !killed ? spec->hangup_fd : -1, .events = 0 };
 		n += lb_refusals_pollfds(&x->rf, &pf[n]);
 		int wait = -1;
 		uint64_t until = killed ? drain_deadline : deadline;
@@ -689,7 +692,9 @@ static int exec_wait(struct lb_sandbox *sb, const struct lb_exec_spec *spec, str
 			read_into(&x->out[0], &x->cap_out);
 		if (pf[2].revents)
 			read_into(&x->errp[0], &x->cap_err);
-		lb_refusals_serve(&x->rf, &pf[3], n - 3);
+		if (pf[3].revents & (POLLHUP | POLLERR | POLLNVAL))
+			x->hung_up = true;
+		lb_refusals_serve(&x->rf, &pf[4], n - 4);
 		if (!main_done && pf[0].revents) {
 			int w;
 			while ((w = waitid((idtype_t)P_PIDFD, (id_t)x->c2_pidfd, &x->status, WEXITED)) < 0 &&
@@ -723,6 +728,7 @@ static int exec_result(struct lb_sandbox *sb, struct exec_run *x, struct lb_exec
 		ret->signal = x->have_status ? x->status.si_status : SIGKILL;
 	}
 	ret->timed_out = x->timed_out;
+	ret->hung_up = x->hung_up;
 	ret->wall_ms = t1 - x->t0;
 	ret->cpu_ms =
 	    after.cpu_usage_ns > x->before.cpu_usage_ns ? (after.cpu_usage_ns - x->before.cpu_usage_ns) / 1000000 : 0;

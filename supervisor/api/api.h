@@ -143,6 +143,11 @@ int lbd_json_spec(const struct lbd_config *cfg, yajl_val obj, struct lbd_spec_re
  * for the answer, which fills res (status, body or an fd to send, content type, log fields). Never fails: when the
  * core cannot be reached or answers something malformed, res is a 503 or 502 error saying so. */
 void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res);
+/* As priv_call, watching the client's connection (client_fd, libmicrohttpd's; only polled) while the core works: when
+ * the client hangs up, the channel is closed unanswered, which the core takes as the order to stop (a run is killed,
+ * runner/exec.c's hangup_fd), and res says `cancelled`. */
+void priv_call_watched(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, int client_fd,
+		       struct lbd_res *res);
 /* When r is -EMFILE or -ENFILE, this process's own shortage: res becomes 503 busy (Retry-After, as the accept loop
  * answers), saying whether the core may have done the request (its answer was lost), and true is returned. */
 bool lbd_res_fds_short(struct lbd_res *res, int r, bool maybe_done);

@@ -7,6 +7,7 @@
  * The connection's thread waits for the core's answer for as long as the run takes.
  */
 #include <errno.h>
+#include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,8 +98,12 @@ void lbd_ask_run(struct lbd_req *req, struct lbd_res *res)
 		_cleanup_close_ int fd = lbp_memfd("lensbox-source", source, (size_t)w.source_len);
 		if (fd < 0 && !lbd_res_fds_short(res, fd, false))
 			lbd_res_error(res, 500, "internal", "Passing the source on failed: %s.", strerror(-fd));
-		else if (fd >= 0)
-			priv_call(req, LBP_RUN, &w, sizeof(w), fd, res);
+		else if (fd >= 0) {
+			/* A client that hangs up stops its run (docs/api.md). */
+			const union MHD_ConnectionInfo *ci =
+			    MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+			priv_call_watched(req, LBP_RUN, &w, sizeof(w), fd, ci ? ci->connect_fd : -1, res);
+		}
 	}
 	yajl_tree_free(root);
 }

@@ -158,7 +158,29 @@ static int send_request(struct lbd_api *a, uint16_t type, const void *payload, s
 	return ch;
 }
 
-void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res)
+/* Waits until the core's answer can be read on ch, watching the client's connection (client_fd >= 0) meanwhile: 0,
+ * or -ECANCELED once the client hung up (its connection closed: POLLHUP or POLLERR). */
+static int wait_answer(struct lbd_api *a, int ch, int client_fd)
+{
+	if (client_fd < 0)
+		return 0;
+	for (;;) {
+		/* events 0 on the client: a request pipelined behind this one (POLLIN) is not a hang-up. */
+		struct pollfd p[2] = { { .fd = ch, .events = POLLIN }, { .fd = client_fd, .events = 0 } };
+		int k = poll(p, 2, 1000);
+		if (k < 0 && errno != EINTR)
+			return 0; /* the read below reports what is wrong */
+		if (k > 0 && p[0].revents)
+			return 0;
+		if (k > 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
+			return -ECANCELED;
+		if (atomic_load(&a->stopping))
+			return 0;
+	}
+}
+
+static void call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, int client_fd,
+		 struct lbd_res *res)
 {
 	struct lbd_api *a = req->a;
 	atomic_fetch_add(&a->in_flight, 1);
@@ -179,6 +201,8 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 	if (r == 0 && !m)
 		r = -ENOMEM;
 	if (r == 0)
+		r = wait_answer(a, ch, client_fd);
+	if (r == 0)
 		r = lbp_recv(ch, m);
 	if (r == 0 && m->hdr.type != LBP_REPLY) {
 		lbp_msg_clear(m);
@@ -189,6 +213,9 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 		lbp_msg_clear(m);
 		keep_channel(a, ch);
 		ch = -1;
+	} else if (r == -ECANCELED) {
+		/* Nobody will read an answer; closing the channel (below) tells the core to stop the work. */
+		lbd_res_error(res, 400, "cancelled", "The client went away before the answer; the work was stopped.");
 	} else if (r == -ENODATA || r == -ECONNRESET || r == -EPIPE) {
 		answer_channel_closed(a, res);
 	} else if (!lbd_res_fds_short(res, r, true)) {
@@ -198,6 +225,17 @@ void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t l
 	if (ch >= 0)
 		close(ch);
 	atomic_fetch_sub(&a->in_flight, 1);
+}
+
+void priv_call(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, struct lbd_res *res)
+{
+	call(req, type, payload, len, fd, -1, res);
+}
+
+void priv_call_watched(struct lbd_req *req, uint16_t type, const void *payload, size_t len, int fd, int client_fd,
+		       struct lbd_res *res)
+{
+	call(req, type, payload, len, fd, client_fd, res);
 }
 
 /* ---- streamed answers (Accept: application/x-ndjson on a pull or an import) ---- */

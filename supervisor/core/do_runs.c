@@ -97,7 +97,9 @@ static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, 
 {
 	char a[32];
 	buf[0] = '\0';
-	if (x->timed_out)
+	if (x->hung_up)
+		snprintf(buf, size, "stopped: the client went away before the run ended");
+	else if (x->timed_out)
 		snprintf(buf, size, "killed after %u s: the time limit", timeout_s);
 	else if (x->oom_killed)
 		snprintf(buf, size, "out of memory: the limit is %s", lb_format_size(spec->memory_bytes, a, sizeof(a)));
@@ -107,7 +109,7 @@ static void compose_message(const struct lb_exec_result *x, uint32_t timeout_s, 
 		snprintf(buf, size, "could not start more processes: the limit is %llu", (unsigned long long)pids);
 	else if (x->exit_code != 0)
 		snprintf(buf, size, "exited with code %d", x->exit_code);
-	if (!x->timed_out && !x->oom_killed && (x->signal || x->exit_code != 0))
+	if (!x->hung_up && !x->timed_out && !x->oom_killed && (x->signal || x->exit_code != 0))
 		append_refusals(x, network_blocked, lb_tier_name(spec->network), x->stderr_buf, buf, size);
 }
 
@@ -143,6 +145,7 @@ struct run_request {
 	size_t source_len;
 	long long timeout, limit; /* seconds; output characters per stream */
 	struct lbd_spec_request spec;
+	int hangup_fd; /* the request's channel: the API process closes it when the client goes away; 0: none */
 };
 
 /* What a run produced, for the answer: its ledger row, the runner's result (output and refusals; the caller frees it
@@ -254,6 +257,7 @@ static int exec_program(struct lbd *d, const char *name, struct lb_sandbox *live
 		.timeout_ms = (uint32_t)rq->timeout * 1000,
 		.stdout_limit = window,
 		.stderr_limit = window,
+		.hangup_fd = rq->hangup_fd,
 	};
 	uint64_t blocked0 = 0, blocked1 = 0;
 	bool networked = d->net && row->spec.network != LB_TIER_OFF;
@@ -290,12 +294,13 @@ static void record_run(struct lbd *d, struct lbd_sandbox *sb, const char *name, 
 	char lf[700];
 	snprintf(lf, sizeof(lf),
 		 "sandbox=%s run=%s language=%s exit_code=%d signal=%d duration_ms=%llu cpu_ms=%llu "
-		 "network_blocked=%llu refused_syscall=%llu refused_filesystem=%llu%s%s%s",
+		 "network_blocked=%llu refused_syscall=%llu refused_filesystem=%llu%s%s%s%s",
 		 name, run->id, run->language, run->exited ? run->exit_code : -1, run->signal,
 		 (unsigned long long)run->duration_ms, (unsigned long long)run->cpu_ms,
 		 (unsigned long long)run->network_blocked, (unsigned long long)x->refused.syscall,
 		 (unsigned long long)x->refused.filesystem, run->timed_out ? " timed_out=1" : "",
-		 run->oom_killed ? " oom_killed=1" : "", run->pids_limited ? " pids_limited=1" : "");
+		 run->oom_killed ? " oom_killed=1" : "", run->pids_limited ? " pids_limited=1" : "",
+		 x->hung_up ? " client_gone=1" : "");
 	lb_info(lf, "run finished");
 	if (lb_store_run_insert(d->store, run, err) < 0) {
 		snprintf(lf, sizeof(lf), "sandbox=%s run=%s", name, run->id);
@@ -442,7 +447,7 @@ static void answer_run(const struct run_request *rq, struct run_outcome *o, stru
 void lbd_do_run(struct lbd *d, struct lbp_msg *m, struct lbd_res *res)
 {
 	const char *name = m->u.run.name;
-	struct run_request rq = { 0 };
+	struct run_request rq = { .hangup_fd = res->has_channel ? res->channel : 0 };
 	struct run_outcome o = { 0 };
 	if (read_run_request(d, m, &rq, res) == 0 && run_in_sandbox(d, name, &rq, &o, res) == 0)
 		answer_run(&rq, &o, res);

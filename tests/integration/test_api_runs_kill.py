@@ -1,7 +1,7 @@
 """No process outlives its run, through lensboxd (issue 16, item 4): children a program detaches from it — a new
 session (setsid), nohup, a double fork, disown, with stdout and stderr closed or sent to /dev/null so they hold none of
 the run's pipes — are dead when the run's result arrives: after a normal exit (python and bash), after the time limit
-after an OOM kill of the main program, and when the client hung up before the result. The next run finds only init and
+after an OOM kill of the main program, and when the client hung up before the result (which stops the run). The next run finds only init and
 itself.
 
 "Dead" is read from /proc on the host the moment the response is in: no process of the sandbox's host uid but its
@@ -169,13 +169,13 @@ def test_detached_children_are_dead_after_an_oom_kill(d):
 
 
 def test_detached_children_are_dead_when_the_client_went_away(d):
-    # The client hangs up while the run is in progress. lensboxd still runs the program to its end (there is no one
-    # to answer), and the run's end kills what it left before the run enters the ledger.
+    # The client hangs up while the run is in progress: lensboxd stops the run at once (there is no one to answer),
+    # killing the program and what it left before the run enters the ledger, which says why.
     import socket
     n = d.name("gone")
     d.ok_run(n, "print('started')")  # the sandbox exists: its uid is known before the run
     uid = host_uid(d, n)
-    src = PY_DETACH + "open('/sandbox/main-done', 'w').write(str(len(alive)))\ntime.sleep(1.5)\n"
+    src = PY_DETACH + "open('/sandbox/main-done', 'w').write(str(len(alive)))\ntime.sleep(50)\n"
     body = json.dumps({"language": "python", "source": src}).encode()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(d.socket)
@@ -183,9 +183,13 @@ def test_detached_children_are_dead_when_the_client_went_away(d):
               b"Content-Length: %d\r\n\r\n" % (n.encode(), len(body)) + body)
     assert wait_for(lambda: d.raw("GET", f"/v1/sandboxes/{n}/files/main-done")[0] == 200, 60), "the run never began"
     s.close()
-    assert wait_for(lambda: len(d.request("GET", f"/v1/runs?sandbox={n}")[1]["runs"]) == 2, 60), "the run never ended"
+    assert wait_for(lambda: len(d.request("GET", f"/v1/runs?sandbox={n}")[1]["runs"]) == 2, 10), \
+        "the run was not stopped within 10 s of the hang-up (the program sleeps 50 s)"
     left = survivors(uid)
     run = d.request("GET", f"/v1/runs?sandbox={n}&limit=1")[1]["runs"][0]
     assert left == [], f"processes of the run outlived it: {left}; run: {run}"
     assert d.raw("GET", f"/v1/sandboxes/{n}/files/main-done")[2] == b"3", "not all children ran when it ended"
-    assert run["exit_code"] == 0, run
+    assert run["exit_code"] is None and run["signal"] == 9 and run["duration_ms"] < 20000, run
+    assert run["message"] == "stopped: the client went away before the run ended", run
+    assert "client_gone=1" in d.read_log()
+    assert d.ok_run(n, "print('again')")["stdout"] == "again\n"

@@ -138,15 +138,17 @@ def test_client_disconnecting_mid_run(d):
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     time.sleep(0.5)
     s.close()
-    # the run finishes and is recorded; the daemon and the sandbox carry on
+    # the run is stopped (nobody waits for it) and recorded saying why; the daemon and the sandbox carry on
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         runs = d.request("GET", f"/v1/runs?sandbox={n}")[1]["runs"]
         if len(runs) == 2:
             break
         time.sleep(0.2)
-    assert len(runs) == 2 and runs[0]["exit_code"] == 0
-    assert d.raw("GET", f"/v1/sandboxes/{n}/files/done")[2] == b"yes"
+    assert len(runs) == 2 and runs[0]["exit_code"] is None and runs[0]["signal"] == 9, runs
+    assert runs[0]["message"] == "stopped: the client went away before the run ended", runs
+    time.sleep(1.5)  # past the program's own end: it never got there
+    assert d.raw("GET", f"/v1/sandboxes/{n}/files/done")[0] == 404
     assert d.ok_run(n, "print('still fine')")["stdout"] == "still fine\n"
     assert d.proc.poll() is None
 

@@ -134,6 +134,9 @@ struct lb_exec_spec {
 	uint32_t timeout_ms;	 /* 0: none */
 	size_t stdout_limit;	 /* bytes kept from the start of stdout */
 	size_t stderr_limit;	 /* bytes kept from the end of stderr */
+	/* > 0: the run is cut short, as by its time limit, once this descriptor reports a hang-up (POLLHUP or
+	 * POLLERR: the far end of a socket closed), e.g. the channel of a request whose client went away. 0: none. */
+	int hangup_fd;
 };
 
 /* What the sandbox refused during one run, by kind. A kind whose _reported is false cannot be counted on this host
@@ -164,6 +167,7 @@ struct lb_exec_result {
 	int exit_code; /* -1 when killed by a signal */
 	int signal;    /* 0 when it exited */
 	bool timed_out;
+	bool hung_up;	   /* spec.hangup_fd reported a hang-up and the run was killed for it */
 	bool oom_killed;   /* the kernel OOM-killed a process of the sandbox during this run */
 	bool pids_limited; /* a fork failed on the pids limit during this run */
 	uint64_t wall_ms;
