@@ -36,6 +36,9 @@
 #define LBD_API_CONTROL_FD    4	 /* SOCK_SEQPACKET to the core: LBP_CHANNEL messages go here */
 #define LBD_API_CONFIG_FD     5	 /* a sealed memfd: the core's struct lbd_config */
 #define LBD_API_IDLE_CHANNELS 64 /* channels kept open for the next requests (the core allows as many) */
+/* Connections past max_connections that are still served a `503 busy` (Retry-After, then closed) rather than closed
+ * unanswered by libmicrohttpd's own limit (http.c). */
+#define LBD_API_OVER_LIMIT 64
 
 struct lbd_api_metrics {
 	atomic_uint_fast64_t requests_by_class[6]; /* index status/100: 1xx..5xx */
@@ -47,10 +50,11 @@ struct lbd_api_metrics {
 struct lbd_api {
 	struct lbd_config cfg; /* the core's, read-only */
 	int control_fd;
-	atomic_uint_fast64_t body_bytes; /* request bodies held in memory right now */
-	atomic_uint_fast64_t in_flight;	 /* requests waiting for the core's answer */
-	atomic_bool stopping;		 /* lbd_http_stop gave up waiting: streams end (their channels close) */
-	pthread_mutex_t channels_mu;	 /* guards the idle channels (priv.c) */
+	atomic_uint_fast64_t body_bytes;  /* request bodies held in memory right now */
+	atomic_uint_fast64_t in_flight;	  /* requests waiting for the core's answer */
+	atomic_bool stopping;		  /* lbd_http_stop gave up waiting: streams end (their channels close) */
+	atomic_uint_fast64_t connections; /* open API connections (http.c's connection notifications) */
+	pthread_mutex_t channels_mu;	  /* guards the idle channels (priv.c) */
 	int idle_channels[LBD_API_IDLE_CHANNELS];
 	size_t n_idle;
 	struct lbd_api_metrics metrics;

@@ -5,7 +5,9 @@
  * (it answers 503 busy itself when the process is out of descriptors); libmicrohttpd runs one thread per connection
  * (MHD_USE_THREAD_PER_CONNECTION), so a run that takes a minute blocks only its own connection: health, listing and
  * file requests on other connections are served at once. Connections are capped (max_connections) and time out
- * (connection_timeout_seconds).
+ * (connection_timeout_seconds). A connection past the cap is answered `503 busy` with Retry-After and closed, so a
+ * client can tell a full daemon from a broken one; only past the cap and LBD_API_OVER_LIMIT more does libmicrohttpd
+ * close connections unanswered.
  *
  * Who may connect: the socket is root:<socket_group> mode 0660 inside a directory that no "other" user can enter;
  * each request's peer (SO_PEERCRED: pid, uid, gid) is logged, and when allowed_uids/allowed_gids are set, a peer
@@ -207,6 +209,8 @@ static enum MHD_Result send_res(struct lbd_api *d, struct MHD_Connection *conn, 
 		char value[16];
 		snprintf(value, sizeof(value), "%u", retry);
 		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, value);
+		/* Told to come back later, the client reconnects: its connection is not held meanwhile. */
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
 	}
 	atomic_fetch_add(&d->metrics.requests_by_status[status], 1);
 	atomic_fetch_add(&d->metrics.requests_by_class[status / 100], 1);
@@ -250,6 +254,27 @@ static enum MHD_Result defer_or_send(struct lbd_api *d, struct MHD_Connection *c
 	return send_res(d, conn, cr);
 }
 
+/* Counts the open connections; one that opens past max_connections is marked (its socket context) to be answered
+ * 503 busy. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	(void)conn;
+	struct lbd_api *a = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		uint64_t n = atomic_fetch_add(&a->connections, 1) + 1;
+		*socket_context = n > a->cfg.max_connections ? (void *)a : NULL;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		atomic_fetch_sub(&a->connections, 1);
+	}
+}
+
+static bool over_limit(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci && ci->socket_context != NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				  const char *version, const char *upload_data, size_t *upload_data_size,
 				  void **con_cls)
@@ -272,6 +297,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		cr->req.peer_uid = (uid_t)-1;
 		cr->req.peer_gid = (gid_t)-1;
 		copy_for_log(cr->path_log, sizeof(cr->path_log), url);
+		if (over_limit(conn)) {
+			lbd_res_error(
+			    &cr->res, 503, "busy",
+			    "lensboxd serves at most %u API connections at once (max_connections) and all are "
+			    "open; try again in a moment.",
+			    (unsigned)d->cfg.max_connections);
+			return defer_or_send(d, conn, cr);
+		}
 
 		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 		struct ucred uc;
@@ -418,14 +451,15 @@ int lbd_http_start(struct lbd_api *a, int listen_fd, struct lbd_http **ret, stru
 	h->a = a;
 	h->listen_fd = listen_fd;
 	/* No listening socket of MHD's own: accept.c accepts (and answers 503 busy when fds run out). */
-	h->mhd = MHD_start_daemon(
-	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
-		MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET,
-	    0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_NOTIFY_COMPLETED,
-	    on_completed, a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL, MHD_OPTION_CONNECTION_LIMIT,
-	    (unsigned)a->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)a->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-	    MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
+	h->mhd =
+	    MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+				 MHD_USE_ERROR_LOG | MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET,
+			     0, NULL, NULL, on_request, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+			     MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+			     a, MHD_OPTION_UNESCAPE_CALLBACK, identity_unescape, NULL, MHD_OPTION_CONNECTION_LIMIT,
+			     (unsigned)a->cfg.max_connections + LBD_API_OVER_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+			     (unsigned)a->cfg.connection_timeout_seconds, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+			     (size_t)(64 * 1024), MHD_OPTION_THREAD_STACK_SIZE, (size_t)(512 * 1024), MHD_OPTION_END);
 	if (!h->mhd) {
 		free(h);
 		return lb_error_setx(err, EIO, "libmicrohttpd could not start on the API socket");

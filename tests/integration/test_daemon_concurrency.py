@@ -1,6 +1,7 @@
 """Concurrency: 20 sandboxes running at once, a slow run never delaying another sandbox's run nor health, listing
 or file requests, runs in one sandbox executing one at a time in arrival order, 200 simultaneous connections, a
-client that disconnects mid-run, and the peer-credential check (allowed_uids / allowed_gids)."""
+connection past max_connections answered 503 busy, a client that disconnects mid-run, and the peer-credential check
+(allowed_uids / allowed_gids)."""
 import grp
 import json
 import os
@@ -126,6 +127,50 @@ def test_two_hundred_simultaneous_connections(d):
         answers.append(data)
     assert all(a.startswith(b"HTTP/1.1 200") for a in answers), [a[:40] for a in answers if not a.startswith(b"HTTP/1.1 200")][:3]
     assert d.ok_run(d.name("after200"), "print('ok')")["stdout"] == "ok\n"
+
+
+def read_answer(s):
+    """One HTTP answer read until the server closes: (status, headers lower-cased, body)."""
+    s.settimeout(10)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict((k.strip().lower(), v.strip()) for k, v in (line.split(":", 1) for line in lines[1:]))
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_a_connection_past_max_connections_is_answered_busy():
+    with Daemon(settings={"max_connections": "8"}) as dm:
+        held = []
+        try:
+            for _ in range(8):
+                s = socket.socket(socket.AF_UNIX)
+                s.connect(dm.socket)
+                held.append(s)
+            time.sleep(0.5)  # libmicrohttpd has taken them all
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(dm.socket)
+            s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")  # keep-alive asked, closed anyway
+            status, headers, body = read_answer(s)  # returns only once the server closed the connection
+            s.close()
+            assert status == 503, (status, headers, body)
+            assert headers.get("retry-after") == "1" and headers.get("connection") == "close", headers
+            err = json.loads(body)["error"]
+            assert err["code"] == "busy" and "max_connections" in err["message"], err
+            # a freed connection is served again
+            held.pop().close()
+            held.pop().close()
+            time.sleep(0.5)
+            status, h = dm.request("GET", "/v1/health")[:2]
+            assert status == 200, (status, h)
+        finally:
+            for s in held:
+                s.close()
 
 
 def test_client_disconnecting_mid_run(d):
