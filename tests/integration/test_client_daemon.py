@@ -164,3 +164,40 @@ def test_one_client_many_threads(d, c):
     assert errors == []
     for n in names:
         c.delete(n)
+
+
+def test_cancelling_an_async_run_stops_it(d):
+    """Leaving run() early closes the connection, and lensboxd stops the run: the program (which would sleep 50 s)
+    is gone within seconds and the ledger says why (docs/api.md)."""
+    import asyncio
+    import time
+    from lensbox_client.aio import AsyncClient
+
+    n = d.name("cancel")
+    sync = Client(d.socket, timeout=60)
+    sync.run(n, "python", "print(0)")
+
+    async def main():
+        box = AsyncClient(d.socket, timeout=60)
+        task = asyncio.ensure_future(box.run(n, "python", "open('/sandbox/began', 'w').write('1')\n"
+                                                         "import time\ntime.sleep(50)\n"))
+        for _ in range(300):
+            if any(f.path == "began" for f in sync.files(n).files):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the run never began")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await box.close()
+    asyncio.run(main())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        runs = sync.runs(n)
+        if len(runs) == 2:
+            break
+        time.sleep(0.2)
+    assert len(runs) == 2, "the run was not stopped within 10 s of the cancel"
+    assert runs[0].exit_code is None and runs[0].signal == 9, runs[0]
+    assert runs[0].message == "stopped: the client went away before the run ended", runs[0]
