@@ -105,6 +105,16 @@ def test_runs_in_one_sandbox_go_one_at_a_time_in_arrival_order(d):
     assert r["stdout"] == expected
 
 
+def read_all(s):
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def test_two_hundred_simultaneous_connections(d):
     socks = []
     for _ in range(200):
@@ -117,14 +127,8 @@ def test_two_hundred_simultaneous_connections(d):
         s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     answers = []
     for s in socks:
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        answers.append(read_all(s))
         s.close()
-        answers.append(data)
     assert all(a.startswith(b"HTTP/1.1 200") for a in answers), [a[:40] for a in answers if not a.startswith(b"HTTP/1.1 200")][:3]
     assert d.ok_run(d.name("after200"), "print('ok')")["stdout"] == "ok\n"
 
@@ -132,13 +136,7 @@ def test_two_hundred_simultaneous_connections(d):
 def read_answer(s):
     """One HTTP answer read until the server closes: (status, headers lower-cased, body)."""
     s.settimeout(10)
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+    head, _, body = read_all(s).partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     headers = dict((k.strip().lower(), v.strip()) for k, v in (line.split(":", 1) for line in lines[1:]))
     return int(lines[0].split()[1]), headers, body
