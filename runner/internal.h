@@ -39,7 +39,7 @@ struct lb_sandbox {
 	char run_dir[PATH_MAX];
 	char state_dir[PATH_MAX];   /* run_dir/sandboxes/<name>: skeleton, etc files, root mount point */
 	char storage_mnt[PATH_MAX]; /* run_dir/mnt/<name>: the disk image's mount */
-	char root_mnt[PATH_MAX];    /* state_dir/root: the read-only overlay the sandbox pivots into */
+	char root_mnt[PATH_MAX];    /* state_dir/root: where the child binds the shared root and pivots into it */
 	char storage[PATH_MAX];	    /* the storage directory (holds disk.img) */
 	int storage_lock;	    /* flock on <storage>/lock, held while the sandbox lives */
 	pid_t init_pid;
@@ -136,15 +136,23 @@ int lb_disk_find_loop(const char *storage, char *ret_dev, size_t size);
  * asked with a write lease, or by scanning /sys/block where leases are off; -EBUSY if it is still in use. */
 int lb_disk_wait_released(const char *storage, int timeout_ms);
 
-/* rootfs.c — the new root. The host side (root in the host's namespaces) prepares a skeleton directory and mounts
- * a read-only overlay of skeleton + image at sb->root_mnt; the child side (inside the new user+mount namespaces)
- * mounts /sandbox, /tmp, /dev, /proc on it, pivots into it and detaches the host. */
+/* root_share.c: the files of /etc each sandbox has its own of, bound over the shared root's empty ones. */
+#define LB_ROOT_OWN_ETC 5
+extern const char *const lb_root_own_etc[LB_ROOT_OWN_ETC];
+/* ... and the host's device nodes bound over the shared /dev skeleton's empty files. */
+#define LB_ROOT_DEV_NODES 6
+extern const char *const lb_root_dev_nodes[LB_ROOT_DEV_NODES];
+
+/* rootfs.c — the new root. The host side (root in the host's namespaces) writes the sandbox's own files (/etc, the
+ * CPU list) in a small read-only tmpfs; the child side (inside the new user+mount namespaces) binds the image's shared
+ * root (root_share.c), binds those files over it, mounts /sandbox, /tmp, /dev, /proc, pivots into it and detaches the
+ * host. */
 struct lb_rootfs_plan;
 /* An empty plan in memory shared with children forked later (MAP_SHARED): the sandbox's first process is forked
  * before the plan is written and reads it once released. NULL when out of memory. Freed by lb_rootfs_plan_free(). */
 struct lb_rootfs_plan *lb_rootfs_plan_new(void);
-/* Host side: makes the skeleton (state tmpfs, generated /etc, /dev skeleton) and writes what the child needs into
- * plan. */
+/* Host side: makes the state tmpfs with the sandbox's own files (and, when spec->shared_root is NULL, a shared root of
+ * its own in it) and writes what the child needs into plan. */
 int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec, struct lb_rootfs_plan *plan,
 		      struct lb_error *err);
 /* Child side; async-signal-safe (raw syscalls on prepared strings). On failure returns -errno and *ret_step names

@@ -2,29 +2,33 @@
  * rootfs.c — the sandbox's root filesystem.
  *
  * Two halves, in two processes:
- *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It writes a small skeleton in a 1 MiB tmpfs
- *    mounted at <run_dir>/sandboxes/<name>/: skel/ (mount points /sandbox /tmp /proc /dev, and the generated
- * /etc/passwd, group, hosts, hostname, resolv.conf) and dev/ (empty files and symlinks that become the minimal /dev).
- * It then mounts ONE read-only overlay, lowerdir=skel:<image rootfs>, at root/: the image shows through, our files win,
- *    and nothing in it can be written (an overlay with no upper layer is read-only). The image directory is never
- *    modified, so many sandboxes share it.
+ *  - lb_rootfs_prepare() runs in the caller (root, host namespaces). It mounts a small tmpfs at
+ *    <run_dir>/sandboxes/<name>/ holding the sandbox's own files: own/ (/etc's passwd, group, hosts, hostname and
+ *    resolv.conf, and cpu/, the three files of /sys that list its CPUs) and root/, the mount point of its root; then
+ *    makes that tmpfs read-only. The root itself is the image's shared root (root_share.c: the image under a skeleton
+ *    of mount points, one read-only overlay for every sandbox of the image); a start given none makes one of its own
+ *    at base/ in this tmpfs. The image directory is never modified.
  *
- *        root/ (overlay, ro,nosuid,nodev)            mounted later by the child, in its own mount namespace:
- *          ├── etc/passwd … (skel wins)                /sandbox   bind of the storage mount (nosuid,nodev)
- *          ├── usr bin lib … (image)                   /tmp       tmpfs size-limited (nosuid,nodev)
- *          ├── sandbox/ tmp/ proc/ dev/ (skel)         /dev       bind of dev/ (ro) + host null zero full random
- *                                                                 urandom tty + devpts newinstance + /dev/shm tmpfs
- *                                                      /proc      fresh, Docker's masked and read-only paths
+ *        root/ (bind of the shared root: ro,nosuid,nodev)      mounted by the child, in its own mount namespace:
+ *          ├── usr bin lib … (image)                               /etc/passwd group hosts hostname resolv.conf
+ *          ├── etc/ (image, with the skeleton's 5 empty files)       and /sys/devices/system/cpu: binds of own/
+ *          ├── sandbox/ tmp/ proc/ dev/ sys/ (skeleton)          /sandbox   bind of the storage mount (nosuid,nodev)
+ *                                                                /tmp       tmpfs size-limited (nosuid,nodev)
+ *                                                                /dev       bind of devskel/ (ro) + host null zero full
+ *                                                                           random urandom tty + devpts newinstance
+ *                                                                           + /dev/shm tmpfs
+ *                                                                /proc      fresh, Docker's masked and read-only paths
  *
  *  - lb_rootfs_make_private() and lb_rootfs_enter() run in the sandbox's first process, inside its new user and mount
  *    namespaces, with every capability of the new user namespace and none on the host. The first makes every mount
- *    private (after which the caller removes the host's skeleton mount: our copy no longer follows it); the second
- *    mounts the above,
- *    pivot_root()s into root/ and detaches the old root, so nothing of the host stays reachable. It uses only raw
- *    syscalls on strings prepared by the first half (it runs in a child of a multithreaded process).
+ *    private (after which the caller removes the host's mount of the state tmpfs: our copy no longer follows it); the
+ *    second mounts the above, pivot_root()s into root/ and detaches the old root, so nothing of the host stays
+ *    reachable. It uses only raw syscalls on strings prepared by the first half (it runs in a child of a
+ *    multithreaded process).
  *
  * Nothing is created by the child: inside the new user namespace its host uid (0) is unmapped, so it could not
- * create files anyway; every mount point already exists in the skeleton.
+ * create files anyway; every mount point already exists in the shared root or the state tmpfs. The binds of own/
+ * cannot be written: the tmpfs they come from is read-only at its superblock, which only the host can change.
  */
 /* Paths built here come from bounded parts (names <= 63 bytes, mount points, run_dir checked by the caller);
  * a path cut at PATH_MAX only fails to open. */
@@ -56,23 +60,21 @@ static const char *const masked_files[] = { "kcore",	   "keys",	  "latency_stats
 static const char *const masked_dirs[] = { "acpi", "asound", "scsi", "driver" };
 /* Docker's read-only paths. */
 static const char *const readonly_dirs[] = { "bus", "fs", "irq", "sys" };
-/* Device nodes bound from the host: harmless ones only (no disks, no memory, no consoles). */
-static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
-
 #define N_MASKED_FILES LB_ARRAY_SIZE(masked_files)
 #define N_MASKED_DIRS  LB_ARRAY_SIZE(masked_dirs)
 #define N_RO_DIRS      LB_ARRAY_SIZE(readonly_dirs)
-#define N_DEV_NODES    LB_ARRAY_SIZE(dev_nodes)
+#define N_DEV_NODES    LB_ROOT_DEV_NODES
+#define N_OWN	       (LB_ROOT_OWN_ETC + 1) /* the /etc files and the CPU list's directory */
 
 /* The plan's strings are packed in its arena: the plan lives in shared memory (lb_rootfs_plan_new) and each page
- * written is a fault in the caller and in the child, so 43 strings in a page or two rather than one page each. */
-#define PLAN_STRINGS 48
+ * written is a fault in the caller and in the child, so 50 strings in a page or two rather than one page each. */
+#define PLAN_STRINGS 56
 
 struct lb_rootfs_plan {
-	const char *state;	  /* the state tmpfs: the child works relative to it */
-	const char *image;	  /* the image rootfs (host path), bound at <state>/img */
-	const char *overlay_opts; /* relative layer paths: mountinfo names no host path */
+	const char *state; /* the state tmpfs: the child works relative to it */
+	const char *base;  /* the shared root's overlay (host path), bound at root */
 	const char *root;
+	const char *own_src[N_OWN], *own[N_OWN]; /* the sandbox's own files, bound over the shared root's */
 	const char *storage_src, *sandbox;
 	const char *tmp, *tmp_opts;
 	const char *dev_src, *dev;
@@ -123,15 +125,6 @@ static int make_dir(const char *dir, const char *name, struct lb_error *err)
 	return 0;
 }
 
-static int make_link(const char *dir, const char *name, const char *target, struct lb_error *err)
-{
-	char path[PATH_MAX];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (symlink(target, path) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", path);
-	return 0;
-}
-
 /* Overlay's lowerdir option separates layers with ':' and options with ','; refuse paths that would need escaping. */
 static bool overlay_safe(const char *p)
 {
@@ -146,9 +139,9 @@ struct lb_rootfs_plan *lb_rootfs_plan_new(void)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-/* sys/devices/system/cpu/{online,possible,present} in the skeleton: the only files of /sys a sandbox sees, listing
- * its own CPUs (cpus.c says why), read-only like the rest of the overlay's lower layers. */
-static int write_cpu_files(const char *skel, const cpu_set_t *cpus, struct lb_error *err)
+/* own/cpu/{online,possible,present}, bound at /sys/devices/system/cpu: the only files of /sys a sandbox sees, listing
+ * its own CPUs (cpus.c says why), read-only like the rest of the state tmpfs. */
+static int write_cpu_files(const char *own, const cpu_set_t *cpus, struct lb_error *err)
 {
 	char list[256], dir[PATH_MAX];
 	int r = lb_cpus_format(cpus, list, sizeof(list) - 1);
@@ -157,11 +150,9 @@ static int write_cpu_files(const char *skel, const cpu_set_t *cpus, struct lb_er
 	size_t len = strlen(list); /* < sizeof(list) - 1: room for the newline and the NUL */
 	list[len] = '\n';
 	list[len + 1] = '\0';
-	static const char *const dirs[] = { "sys", "sys/devices", "sys/devices/system", "sys/devices/system/cpu" };
-	for (size_t i = 0; i < LB_ARRAY_SIZE(dirs); i++)
-		if ((r = make_dir(skel, dirs[i], err)) < 0)
-			return r;
-	snprintf(dir, sizeof(dir), "%s/sys/devices/system/cpu", skel);
+	if ((r = make_dir(own, "cpu", err)) < 0)
+		return r;
+	snprintf(dir, sizeof(dir), "%s/cpu", own);
 	static const char *const files[] = { "online", "possible", "present" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++)
 		if ((r = write_text(dir, files[i], list, err)) < 0)
@@ -191,85 +182,78 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	int r = lb_mkdir_p(sb->state_dir, 0700);
 	if (r < 0)
 		return lb_error_set(err, r, "creating %s", sb->state_dir);
-	/* A small tmpfs of our own holds the skeleton: fast to fill, gone in one umount, and no leftover file of a
-	 * crashed sandbox can ever show up in a new one's root. */
+	/* A small tmpfs of our own holds the sandbox's files: fast to fill, gone in one umount, and no leftover file of
+	 * a crashed sandbox can ever show up in a new one's root. */
 	if (mount("tmpfs", sb->state_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0700") < 0)
 		return lb_error_set(err, errno, "mounting the state tmpfs at %s", sb->state_dir);
-	char skel[PATH_MAX], etc[PATH_MAX], dev[PATH_MAX];
-	snprintf(skel, sizeof(skel), "%s/skel", sb->state_dir);
-	snprintf(etc, sizeof(etc), "%s/etc", skel);
-	snprintf(dev, sizeof(dev), "%s/devskel", sb->state_dir);
-	const char *sk_dirs[] = { "sandbox", "tmp", "proc", "dev", "etc" };
-	if (mkdir(skel, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", skel);
-	for (size_t i = 0; i < LB_ARRAY_SIZE(sk_dirs); i++)
-		if ((r = make_dir(skel, sk_dirs[i], err)) < 0)
-			return r;
+	char own[PATH_MAX], base[PATH_MAX];
+	snprintf(own, sizeof(own), "%s/own", sb->state_dir);
+	if ((r = make_dir(sb->state_dir, "own", err)) < 0 || (r = make_dir(sb->state_dir, "root", err)) < 0)
+		return r;
 
-	char text[1024];
 	unsigned uid = sb->uid, gid = sb->gid;
-	snprintf(text, sizeof(text),
+	const char *contents[LB_ROOT_OWN_ETC];
+	char passwd[256], group[128], hosts[192], hostname[80];
+	snprintf(passwd, sizeof(passwd),
 		 "root:x:0:0:root:/root:/usr/sbin/nologin\n"
 		 "sandbox:x:%u:%u:sandbox:/sandbox:/bin/bash\n"
 		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		 uid, gid);
-	if ((r = write_text(etc, "passwd", text, err)) < 0)
-		return r;
-	snprintf(text, sizeof(text), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", gid);
-	if ((r = write_text(etc, "group", text, err)) < 0)
-		return r;
-	snprintf(text, sizeof(text), "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
-		 host);
-	if ((r = write_text(etc, "hosts", text, err)) < 0)
-		return r;
-	snprintf(text, sizeof(text), "%s\n", host);
-	if ((r = write_text(etc, "hostname", text, err)) < 0)
-		return r;
-	const char *resolv = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
-	if ((r = write_text(etc, "resolv.conf", resolv, err)) < 0)
-		return r;
-	if ((r = write_cpu_files(skel, &sb->cpus, err)) < 0)
-		return r;
-
-	if (mkdir(dev, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", dev);
-	for (size_t i = 0; i < N_DEV_NODES; i++)
-		if ((r = write_text(dev, dev_nodes[i], "", err)) < 0)
+	snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", gid);
+	snprintf(hosts, sizeof(hosts),
+		 "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n", host);
+	snprintf(hostname, sizeof(hostname), "%s\n", host);
+	_Static_assert(LB_ROOT_OWN_ETC == 5, "one text per file of lb_root_own_etc");
+	contents[0] = passwd;
+	contents[1] = group;
+	contents[2] = hosts;
+	contents[3] = hostname;
+	contents[4] = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
+	for (size_t i = 0; i < LB_ROOT_OWN_ETC; i++)
+		if ((r = write_text(own, lb_root_own_etc[i], contents[i], err)) < 0)
 			return r;
-	if ((r = make_dir(dev, "pts", err)) < 0 || (r = make_dir(dev, "shm", err)) < 0)
-		return r;
-	if ((r = make_link(dev, "fd", "/proc/self/fd", err)) < 0 ||
-	    (r = make_link(dev, "stdin", "/proc/self/fd/0", err)) < 0 ||
-	    (r = make_link(dev, "stdout", "/proc/self/fd/1", err)) < 0 ||
-	    (r = make_link(dev, "stderr", "/proc/self/fd/2", err)) < 0 ||
-	    (r = make_link(dev, "ptmx", "pts/ptmx", err)) < 0)
+	if ((r = write_cpu_files(own, &sb->cpus, err)) < 0)
 		return r;
 
-	if (mkdir(sb->root_mnt, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", sb->root_mnt);
-	char img[PATH_MAX];
-	snprintf(img, sizeof(img), "%s/img", sb->state_dir);
-	if (mkdir(img, 0755) < 0 && errno != EEXIST)
-		return lb_error_set(err, errno, "creating %s", img);
+	/* The image's shared root, or one of our own in this tmpfs (gone with it). */
+	if (spec->shared_root) {
+		if ((size_t)snprintf(base, sizeof(base), "%s", spec->shared_root) >= sizeof(base))
+			return lb_error_setx(err, ENAMETOOLONG, "shared root path too long");
+	} else {
+		snprintf(base, sizeof(base), "%s/base", sb->state_dir);
+		if ((r = lb_shared_root_make(spec->rootfs, base, err)) < 0)
+			return r;
+	}
+	/* Privileged: our own tmpfs, read-only at its superblock now that it is written, so the binds of own/ cannot
+	 * be written by anyone but the host's root, whatever flags a namespace gives them. */
+	if (mount(NULL, sb->state_dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
+		  "size=1m,nr_inodes=256,mode=0700") < 0)
+		return lb_error_set(err, errno, "making the state tmpfs at %s read-only", sb->state_dir);
 
-	_Static_assert(10 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <= PLAN_STRINGS,
+	_Static_assert(4 + 2 * N_OWN + 5 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <=
+			   PLAN_STRINGS,
 		       "the plan's arena holds every string at PATH_MAX");
 	p->used = 0;
 	p->state = plan_str(p, "%s", sb->state_dir);
-	p->image = plan_str(p, "%s", spec->rootfs);
-	p->overlay_opts = plan_str(p, "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off");
+	p->base = plan_str(p, "%s/root", base);
 	const char *R = sb->root_mnt;
 	p->root = plan_str(p, "%s", R);
+	for (size_t i = 0; i < LB_ROOT_OWN_ETC; i++) {
+		p->own_src[i] = plan_str(p, "%s/%s", own, lb_root_own_etc[i]);
+		p->own[i] = plan_str(p, "%s/etc/%s", R, lb_root_own_etc[i]);
+	}
+	p->own_src[LB_ROOT_OWN_ETC] = plan_str(p, "%s/cpu", own);
+	p->own[LB_ROOT_OWN_ETC] = plan_str(p, "%s/sys/devices/system/cpu", R);
 	p->storage_src = plan_str(p, "%s", sb->storage_mnt);
 	p->sandbox = plan_str(p, "%s/sandbox", R);
 	p->tmp = plan_str(p, "%s/tmp", R);
 	p->tmp_opts = plan_str(p, "size=%" PRIu64 ",mode=1777,nr_inodes=65536",
 			       spec->limits.tmp_bytes ? spec->limits.tmp_bytes : (uint64_t)64 << 20);
-	p->dev_src = plan_str(p, "%s", dev);
+	p->dev_src = plan_str(p, "%s/devskel", base);
 	p->dev = plan_str(p, "%s/dev", R);
 	for (size_t i = 0; i < N_DEV_NODES; i++) {
-		p->node_src[i] = plan_str(p, "/dev/%s", dev_nodes[i]);
-		p->node[i] = plan_str(p, "%s/dev/%s", R, dev_nodes[i]);
+		p->node_src[i] = plan_str(p, "/dev/%s", lb_root_dev_nodes[i]);
+		p->node[i] = plan_str(p, "%s/dev/%s", R, lb_root_dev_nodes[i]);
 	}
 	p->pts = plan_str(p, "%s/dev/pts", R);
 	p->shm = plan_str(p, "%s/dev/shm", R);
@@ -334,14 +318,13 @@ int lb_rootfs_make_private(const char **ret_step)
 
 int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
 {
-	/* The image and the skeleton become one read-only overlay (no upper layer), mounted here in our own
-	 * namespace with layer paths relative to the state tmpfs, so /proc/self/mountinfo names no host directory.
-	 * nosuid,nodev because the image is third-party content; redirect_dir=nofollow and metacopy=off so crafted
-	 * overlay xattrs in the image are not followed. */
+	/* The image's shared root (root_share.c): a bind of its read-only overlay, whose flags (ro,nosuid,nodev) are
+	 * locked here, our namespace being a copy made for a less privileged user namespace. Then the sandbox's own
+	 * files over the skeleton's empty ones, from the state tmpfs, read-only at its superblock. */
 	STEP("entering the state directory", chdir(p->state));
-	STEP("binding the image", mount(p->image, "img", NULL, MS_BIND | MS_REC, NULL));
-	STEP("mounting the root overlay",
-	     mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, p->overlay_opts));
+	STEP("binding the image's root", mount(p->base, "root", NULL, MS_BIND, NULL));
+	for (size_t i = 0; i < N_OWN; i++)
+		STEP("binding the sandbox's own /etc files", mount(p->own_src[i], p->own[i], NULL, MS_BIND, NULL));
 	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
 	STEP("mounting /sandbox", mount(p->storage_src, p->sandbox, NULL, MS_BIND, NULL));
 	STEP("mounting /tmp", mount("tmpfs", p->tmp, "tmpfs", MS_NOSUID | MS_NODEV, p->tmp_opts));
@@ -420,14 +403,11 @@ int lb_rootfs_remove(const char *state_dir, struct lb_error *err)
 	}
 	/* No tmpfs (prepare failed before mounting it, or a crash's cleanup): remove exactly what lb_rootfs_prepare()
 	 * makes; anything else left there is a bug worth seeing. */
-	static const char *const files[] = { "skel/etc/passwd",	  "skel/etc/group",	  "skel/etc/hosts",
-					     "skel/etc/hostname", "skel/etc/resolv.conf", "devskel/null",
-					     "devskel/zero",	  "devskel/full",	  "devskel/random",
-					     "devskel/urandom",	  "devskel/tty",	  "devskel/fd",
-					     "devskel/stdin",	  "devskel/stdout",	  "devskel/stderr",
-					     "devskel/ptmx" };
-	static const char *const dirs[] = { "skel/etc",	   "skel/sandbox", "skel/tmp", "skel/proc", "skel/dev", "skel",
-					    "devskel/pts", "devskel/shm",  "devskel",  "root",	    "img" };
+	static const char *const files[] = {
+		"own/passwd",	   "own/group",	     "own/hosts",	 "own/hostname",
+		"own/resolv.conf", "own/cpu/online", "own/cpu/possible", "own/cpu/present"
+	};
+	static const char *const dirs[] = { "own/cpu", "own", "root", "base" };
 	for (size_t i = 0; i < LB_ARRAY_SIZE(files); i++) {
 		snprintf(path, sizeof(path), "%s/%s", state_dir, files[i]);
 		(void)unlink(path);

@@ -24,6 +24,7 @@
 #ifndef LBD_CORE_H
 #define LBD_CORE_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -86,6 +87,7 @@ struct lbd {
 
 	struct lbd_spares *spares; /* NULL until lbd_spares_start() */
 	struct lbd_ready *ready;   /* NULL until lbd_ready_start() */
+	struct lbd_roots *roots;   /* NULL until lbd_roots_open(), or when it failed: each start makes its own root */
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
 	struct lbd_sandbox *table;
@@ -286,6 +288,19 @@ struct lbd_ready_counts {
 	bool cgroups_made; /* false on cgroup v2 (nothing to rename) or after a failure: starts make their own */
 };
 void lbd_ready_counts(struct lbd *d, struct lbd_ready_counts *ret);
+
+/* ---- roots.c ---- */
+
+#define LBD_ROOTS_MAX 16 /* images with a shared root at once; the least recently used goes */
+/* Sweeps <run_dir>/roots (what a killed lensboxd left) and makes it. Before anything starts a sandbox. */
+int lbd_roots_open(struct lbd *d, struct lb_error *err);
+/* Detaches every shared root (running sandboxes keep theirs). */
+void lbd_roots_close(struct lbd *d);
+/* The shared root of the image at rootfs, made now if it has none, for lb_sandbox_spec.shared_root: buf, or NULL
+ * when there is none to give (the start then makes its own). */
+const char *lbd_root_get(struct lbd *d, const char *rootfs, char buf[PATH_MAX]);
+/* Detaches the roots whose image directory is gone or was replaced (after an image is removed). */
+void lbd_roots_prune(struct lbd *d);
 
 /* ---- network.c ---- */
 

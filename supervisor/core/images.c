@@ -395,6 +395,8 @@ out:
 	if (info)
 		lb_image_info_free(info);
 	pthread_mutex_unlock(&d->images_mu);
+	if (r >= 0)
+		lbd_roots_prune(d); /* the removed image's shared root, if its directory went */
 	return r;
 }
 
@@ -427,6 +429,7 @@ void lbd_images_tick(struct lbd *d)
 	if (r < 0)
 		lb_warn(NULL, "image garbage collection failed: %s", err.msg);
 	else if (removed) {
+		lbd_roots_prune(d);
 		char fields[64];
 		snprintf(fields, sizeof(fields), "removed=%zu", removed);
 		lb_info(fields, "unused images garbage-collected");

@@ -259,6 +259,10 @@ static int open_state(struct lbd *d)
 		return 1;
 	}
 
+	/* Not fatal: without shared roots each start makes its own. */
+	if (lbd_roots_open(d, &err) < 0)
+		lb_warn(NULL, "%s (each sandbox gets a root of its own)", err.msg);
+
 	if (lb_policy_load(d->cfg.policy_dir, &d->policy, &err) < 0) {
 		snprintf(d->policy_error, sizeof(d->policy_error), "the policy in %s could not be loaded: %s",
 			 d->cfg.policy_dir, err.msg);
@@ -354,6 +358,7 @@ static int shut_down(struct lbd *d, struct lbd_api_proc *api, pthread_t timer)
 	lbd_ready_stop(d);
 	lbd_spares_stop(d);
 	lbd_sandboxes_shutdown(d);
+	lbd_roots_close(d);
 	lbd_network_stop(d);
 	lb_store_close(d->store);
 	lbd_images_close(d);

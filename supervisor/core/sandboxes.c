@@ -374,6 +374,8 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		if (stat(storage, &st) < 0 && errno == ENOENT)
 			spec.disk_ready = lbd_ready_take(d, spec.limits.disk_bytes);
 		spec.ready_netns = lbd_ready_take_netns(d);
+		char root[PATH_MAX];
+		spec.shared_root = lbd_root_get(d, spec.rootfs, root);
 		char ready_cg[LBD_READY_CG_NAME];
 		if (lbd_ready_take_cgroup(d, ready_cg))
 			spec.ready_cgroup = ready_cg;

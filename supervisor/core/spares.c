@@ -138,6 +138,8 @@ static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, s
 	lb_sandbox_destroy_storage(storage, NULL);
 	struct lb_sandbox_spec rs;
 	lbd_runner_spec(d, &sp->spec, sp->uid, &img, key, storage, &rs);
+	char root[PATH_MAX];
+	rs.shared_root = lbd_root_get(d, rs.rootfs, root);
 	r = lb_sandbox_start(&rs, &sp->live, err);
 	lbd_image_release(&img);
 	if (r >= 0) {
