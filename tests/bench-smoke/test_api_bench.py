@@ -19,8 +19,9 @@ def test_api_benchmark_prints_ratios():
     lines = p.stdout.strip().splitlines()
     assert any(line.startswith("API run, new sandbox (first run)") and "ratio" in line for line in lines), p.stdout
     figures = json.loads(lines[-1])
-    for key in ("bare_ms", "chroot_ms", "existing_ms", "new_ms", "cold_ms", "ratio_existing", "ratio_new",
-                "ratio_cold"):
+    for key in ("bare_ms", "chroot_ms", "existing_ms", "existing_kept_alive_ms", "new_ms", "cold_ms",
+                "cold_kept_alive_ms", "ratio_existing", "ratio_new", "ratio_cold"):
         assert figures[key] > 0, (key, figures)
     assert figures["new_from_spare"] == rounds, figures
-    assert set(figures["chroot_ratios"]) == {"bwrap", "existing", "new", "cold"}, figures
+    assert set(figures["chroot_ratios"]) == {"bwrap", "existing", "existing_kept_alive", "new", "cold",
+                                              "cold_kept_alive"}, figures

@@ -4,13 +4,16 @@ one run, printing the ratios.
 
     LENSBOX_BUILD_DIR=build /usr/bin/python3 tests/bench/api_bench.py [--rounds N]
 
-Six figures, each the median of N rounds, measured from this process (wall clock, time.perf_counter):
+Eight figures, each the median of N rounds, measured from this process (wall clock, time.perf_counter):
   bare      subprocess.run(["/usr/bin/python3", "-c", "print(1)"]) on the host
   chroot    the image's own python3 (the binary and files a sandbox runs), chroot'ed: the same program without any
             isolation, ~4 ms faster to start here than the host's python3. Every ratio is printed against both: the
             targets are read against bare (as since this bench began), issue 18's own definition of bare is this one
   bwrap     the same under `bwrap --unshare-all` over the default image's root (read-only), fresh /proc, /dev, /tmp
-  existing  POST /v1/sandboxes/{name}/runs with print(1) in a sandbox that is already running
+  existing  POST /v1/sandboxes/{name}/runs with print(1) in a sandbox that is already running, each on a connection
+            of its own (`kept-alive` is the same on one connection kept open across rounds, as the shipped client
+            and the Lens backend send their requests: no connection and thread set up per request; `cold` has the
+            same second line, measured on a third lensboxd with cold's settings)
   new       the first run in a sandbox that does not exist yet, as lensboxd runs by default (spare_sandboxes = 1):
             the daemon hands it the spare it started ahead of time. Before each such run the benchmark waits,
             untimed, until the spare is ready again (GET /v1/health), i.e. new conversations arrive no faster than
@@ -66,12 +69,14 @@ class Conn(http.client.HTTPConnection):
         self.sock.connect(self.path_)
 
 
-def api_run(sock, name, body):
-    c = Conn(sock)
+def api_run(sock, name, body, conn=None):
+    """One run; on a connection of its own (opened and closed here), or on conn, kept alive across calls."""
+    c = conn or Conn(sock)
     c.request("POST", f"/v1/sandboxes/{name}/runs", body, {"Content-Type": "application/json"})
     r = c.getresponse()
     data = r.read()
-    c.close()
+    if conn is None:
+        c.close()
     out = json.loads(data)
     if r.status != 200 or out.get("stdout") != "1\n":
         raise SystemExit(f"run failed: {r.status} {out}")
@@ -100,7 +105,8 @@ def main():
 def measure(args, other):
     body = json.dumps({"language": "python", "source": "print(1)"})
     with Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "1"}) as d, \
-            Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "0"}) as cold_d:
+            Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "0"}) as cold_d, \
+            Daemon(settings={"max_running": "64", "log_level": "info", "spare_sandboxes": "0"}) as cold_k_d:
         def bare():
             p = subprocess.run(["/usr/bin/python3", "-c", "print(1)"], capture_output=True)
             assert p.stdout == b"1\n"
@@ -132,7 +138,13 @@ def measure(args, other):
                 api_run(other.socket, other.name("bench"), body)
         if other:
             api_run(other.socket, other.name("warm"), body)
-        bare_ms, existing_ms, new_ms, cold_ms, inside_ms, other_ms = [], [], [], [], [], []
+        bare_ms, existing_ms, new_ms, cold_ms, inside_ms, other_ms, kept_ms = [], [], [], [], [], [], []
+        # a third lensboxd for cold runs on a kept-alive connection: two cold starts a round in one daemon would take
+        # its ready starts faster than it makes them
+        kept, cold_kept = Conn(d.socket), Conn(cold_k_d.socket)
+        api_run(d.socket, existing_name, body, kept)
+        api_run(cold_k_d.socket, cold_k_d.name("warm"), body, cold_kept)
+        cold_kept_ms = []
         bwrap_ms, other_cold_ms, same_ms, chroot_ms = [], [], [], []
         chroot_cmd = ["chroot", rootfs(), "/usr/bin/python3", "-c", "print(1)"]
 
@@ -141,15 +153,17 @@ def measure(args, other):
             assert p.stdout == b"1\n", p.stderr
         for i in range(args.rounds):
             spare_ready()  # not timed; the machine idles a moment here
-            fresh, cold = d.name(f"new{i}"), cold_d.name(f"cold{i}")
+            fresh, cold, cold_k = d.name(f"new{i}"), cold_d.name(f"cold{i}"), cold_k_d.name(f"cold{i}")
             variants = [
                 lambda: bare_ms.append(timed(bare)),
                 lambda: bwrap_ms.append(timed(bwrap)),
                 lambda: chroot_ms.append(timed(chroot)),
                 lambda: existing_ms.append(timed(
                     lambda: inside_ms.append(api_run(d.socket, existing_name, body)["duration_ms"]))),
+                lambda: kept_ms.append(timed(lambda: api_run(d.socket, existing_name, body, kept))),
                 lambda: new_ms.append(timed(lambda: api_run(d.socket, fresh, body))),
                 lambda: cold_ms.append(timed(lambda: api_run(cold_d.socket, cold, body))),
+                lambda: cold_kept_ms.append(timed(lambda: api_run(cold_k_d.socket, cold_k, body, cold_kept))),
             ]
             if other:
                 other_cold = other.name(f"cold{i}")
@@ -165,6 +179,7 @@ def measure(args, other):
                 variants[(i + k) % len(variants)]()
             d.request("DELETE", f"/v1/sandboxes/{fresh}")  # not timed
             cold_d.request("DELETE", f"/v1/sandboxes/{cold}")
+            cold_k_d.request("DELETE", f"/v1/sandboxes/{cold_k}")
             if other:
                 other.request("DELETE", f"/v1/sandboxes/{other_cold}")
         fresh_names = {f"sandbox={d.name(f'new{i}')} " for i in range(args.rounds)}
@@ -176,13 +191,18 @@ def measure(args, other):
         print(f"bare python3 -c 'print(1)' on the host : {b:7.1f} ms")
         print(f"bwrap --unshare-all, image's python3   : {w:7.1f} ms   ratio {w / b:4.2f}x")
         print(f"API run, existing sandbox              : {e:7.1f} ms   ratio {e / b:4.2f}x (target <= 1.05x)")
+        k = statistics.median(kept_ms)
+        print(f"  the same on a kept-alive connection    : {k:7.1f} ms   ratio {k / b:4.2f}x")
         print(f"API run, new sandbox (first run)       : {n:7.1f} ms   ratio {n / b:4.2f}x (target <= 1.05x)"
               f"   [{taken} of {args.rounds} from a spare]")
         print(f"API run, new sandbox, no spare (cold)  : {c:7.1f} ms   ratio {c / b:4.2f}x (target <= 1.15x and "
               f"< bwrap's {w / b:4.2f}x)")
+        ck = statistics.median(cold_kept_ms)
+        print(f"  the same on a kept-alive connection    : {ck:7.1f} ms   ratio {ck / b:4.2f}x")
         print(f"  of which the program itself (duration_ms, existing): {statistics.median(inside_ms):.1f} ms")
         print(f"against the image's python3 chroot'ed ({ch:.1f} ms, {ch / b:4.2f}x bare): bwrap {w / ch:4.2f}x, "
-              f"existing {e / ch:4.2f}x, new {n / ch:4.2f}x, cold {c / ch:4.2f}x")
+              f"existing {e / ch:4.2f}x (kept-alive {k / ch:4.2f}x), new {n / ch:4.2f}x, cold {c / ch:4.2f}x "
+              f"(kept-alive {ck / ch:4.2f}x)")
         if other:
             o, same = statistics.median(other_ms), statistics.median(same_ms)
             paired = statistics.median(x - y for x, y in zip(same_ms, other_ms))
@@ -195,9 +215,12 @@ def measure(args, other):
         print(json.dumps({"bare_ms": round(b, 2), "chroot_ms": round(ch, 2), "bwrap_ms": round(w, 2),
                           "ratio_bwrap": round(w / b, 3),
                           "chroot_ratios": {"bwrap": round(w / ch, 3), "existing": round(e / ch, 3),
+                                            "existing_kept_alive": round(k / ch, 3),
+                                            "cold_kept_alive": round(ck / ch, 3),
                                             "new": round(n / ch, 3), "cold": round(c / ch, 3)},
-                          "existing_ms": round(e, 2), "new_ms": round(n, 2),
-                          "cold_ms": round(c, 2), "ratio_existing": round(e / b, 3), "ratio_new": round(n / b, 3),
+                          "existing_ms": round(e, 2), "existing_kept_alive_ms": round(k, 2), "new_ms": round(n, 2),
+                          "cold_ms": round(c, 2), "cold_kept_alive_ms": round(ck, 2),
+                          "ratio_existing": round(e / b, 3), "ratio_new": round(n / b, 3),
                           "ratio_cold": round(c / b, 3), "new_from_spare": taken}))
 
 
