@@ -142,6 +142,14 @@ extern const char *const lb_root_own_etc[LB_ROOT_OWN_ETC];
 /* ... and the host's device nodes bound over the shared /dev skeleton's empty files. */
 #define LB_ROOT_DEV_NODES 6
 extern const char *const lb_root_dev_nodes[LB_ROOT_DEV_NODES];
+/* A root's skeleton in dir (an empty directory of root's): skel/ (mount points, empty /etc files), devskel/, and the
+ * mount points img/ and root/. */
+int lb_root_skeleton_write(const char *dir, struct lb_error *err);
+/* The overlay of a root, its layers named relative to the root's directory (no host path in any mountinfo):
+ * read-only with no upper layer; redirect_dir=nofollow and metacopy=off so overlay xattrs an image might carry are
+ * not followed. A sandbox's own root (no shared one) is mounted by its child relative to its state directory. */
+#define LB_ROOT_OVERLAY_OPTS	     "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off"
+#define LB_ROOT_OVERLAY_OPTS_PRIVATE "lowerdir=base/skel:base/img,redirect_dir=nofollow,metacopy=off,xino=off"
 
 /* rootfs.c — the new root. The host side (root in the host's namespaces) writes the sandbox's own files (/etc, the
  * CPU list) in a small read-only tmpfs; the child side (inside the new user+mount namespaces) binds the image's shared

@@ -2,8 +2,9 @@
  * root_share.c — a read-only root shared by the sandboxes of one image.
  *
  * Runs in the caller (root, host namespaces): lensboxd's core makes one per image and keeps it while it runs
- * (supervisor/core/roots.c); a start given none (lensbox-runner) makes a private one inside its own state directory.
- * A shared root is a directory holding a 1 MiB tmpfs of its own, read-only once built:
+ * (supervisor/core/roots.c). A start given none (lensbox-runner) writes the same skeleton in its own state tmpfs and
+ * its child mounts the same overlay there (rootfs.c). A shared root is a directory holding a 1 MiB tmpfs of its own,
+ * read-only once built:
  *
  *     <dir>/                 tmpfs, root's, 0700, nosuid,nodev, read-only
  *       skel/                mount points (sandbox tmp proc dev sys/devices/system/cpu) and empty /etc files
@@ -73,8 +74,7 @@ static int link_at(const char *dir, const char *name, const char *target, struct
 	return 0;
 }
 
-/* skel/ and devskel/ in the fresh tmpfs at dir. */
-static int write_skeleton(const char *dir, struct lb_error *err)
+int lb_root_skeleton_write(const char *dir, struct lb_error *err)
 {
 	static const char *const dirs[] = { "skel",
 					    "skel/sandbox",
@@ -134,8 +134,7 @@ static void *mount_overlay(void *arg)
 	 * third-party content; redirect_dir=nofollow and metacopy=off so overlay xattrs an image might carry are not
 	 * followed. */
 	if (unshare(CLONE_FS) < 0 || chdir(j->dir) < 0 ||
-	    mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
-		  "lowerdir=skel:img,redirect_dir=nofollow,metacopy=off,xino=off") < 0)
+	    mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, LB_ROOT_OVERLAY_OPTS) < 0)
 		j->err = errno;
 	return NULL;
 }
@@ -158,7 +157,7 @@ int lb_shared_root_make(const char *rootfs, const char *dir, struct lb_error *er
 		(void)rmdir(dir);
 		return r;
 	}
-	int r = write_skeleton(dir, err);
+	int r = lb_root_skeleton_write(dir, err);
 	char img[PATH_MAX];
 	snprintf(img, sizeof(img), "%s/img", dir);
 	/* Privileged: a bind of the image, so the overlay can name it relative to dir. The image is never written. */

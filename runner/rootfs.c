@@ -6,8 +6,9 @@
  *    <run_dir>/sandboxes/<name>/ holding the sandbox's own files: own/ (/etc's passwd, group, hosts, hostname and
  *    resolv.conf, and cpu/, the three files of /sys that list its CPUs) and root/, the mount point of its root; then
  *    makes that tmpfs read-only. The root itself is the image's shared root (root_share.c: the image under a skeleton
- *    of mount points, one read-only overlay for every sandbox of the image); a start given none makes one of its own
- *    at base/ in this tmpfs. The image directory is never modified.
+ *    of mount points, one read-only overlay for every sandbox of the image); a start given none (lensbox-runner)
+ *    writes the same skeleton at base/ in this tmpfs, and its child mounts the same overlay over it at root/ in its
+ *    own namespace (a root for one sandbox need not outlive it). The image directory is never modified.
  *
  *        root/ (bind of the shared root: ro,nosuid,nodev)      mounted by the child, in its own mount namespace:
  *          ├── usr bin lib … (image)                               /etc/passwd group hosts hostname resolv.conf
@@ -72,7 +73,8 @@ static const char *const readonly_dirs[] = { "bus", "fs", "irq", "sys" };
 
 struct lb_rootfs_plan {
 	const char *state; /* the state tmpfs: the child works relative to it */
-	const char *base;  /* the shared root's overlay (host path), bound at root */
+	const char *base;  /* the shared root's overlay (host path), bound at root; NULL: a root of our own */
+	const char *image; /* for a root of our own: the image (host path), bound at base/img under the overlay */
 	const char *root;
 	const char *own_src[N_OWN], *own[N_OWN]; /* the sandbox's own files, bound over the shared root's */
 	const char *storage_src, *sandbox;
@@ -215,13 +217,14 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	if ((r = write_cpu_files(own, &sb->cpus, err)) < 0)
 		return r;
 
-	/* The image's shared root, or one of our own in this tmpfs (gone with it). */
+	/* The image's shared root; or, given none, the skeleton of a root of our own in this tmpfs, which the child
+	 * mounts as the shared one is (the image bound at base/img, the overlay at root) in its own namespace. */
 	if (spec->shared_root) {
 		if ((size_t)snprintf(base, sizeof(base), "%s", spec->shared_root) >= sizeof(base))
 			return lb_error_setx(err, ENAMETOOLONG, "shared root path too long");
 	} else {
 		snprintf(base, sizeof(base), "%s/base", sb->state_dir);
-		if ((r = lb_shared_root_make(spec->rootfs, base, err)) < 0)
+		if ((r = make_dir(sb->state_dir, "base", err)) < 0 || (r = lb_root_skeleton_write(base, err)) < 0)
 			return r;
 	}
 	/* Privileged: our own tmpfs, read-only at its superblock now that it is written, so the binds of own/ cannot
@@ -230,12 +233,13 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 		  "size=1m,nr_inodes=256,mode=0700") < 0)
 		return lb_error_set(err, errno, "making the state tmpfs at %s read-only", sb->state_dir);
 
-	_Static_assert(4 + 2 * N_OWN + 5 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <=
+	_Static_assert(5 + 2 * N_OWN + 5 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <=
 			   PLAN_STRINGS,
 		       "the plan's arena holds every string at PATH_MAX");
 	p->used = 0;
 	p->state = plan_str(p, "%s", sb->state_dir);
-	p->base = plan_str(p, "%s/root", base);
+	p->base = spec->shared_root ? plan_str(p, "%s/root", base) : NULL;
+	p->image = spec->shared_root ? NULL : plan_str(p, "%s", spec->rootfs);
 	const char *R = sb->root_mnt;
 	p->root = plan_str(p, "%s", R);
 	for (size_t i = 0; i < LB_ROOT_OWN_ETC; i++) {
@@ -322,7 +326,14 @@ int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
 	 * locked here, our namespace being a copy made for a less privileged user namespace. Then the sandbox's own
 	 * files over the skeleton's empty ones, from the state tmpfs, read-only at its superblock. */
 	STEP("entering the state directory", chdir(p->state));
-	STEP("binding the image's root", mount(p->base, "root", NULL, MS_BIND, NULL));
+	if (p->base) {
+		STEP("binding the image's root", mount(p->base, "root", NULL, MS_BIND, NULL));
+	} else {
+		/* A root of our own (no shared one given): the same overlay, mounted here with the same options. */
+		STEP("binding the image", mount(p->image, "base/img", NULL, MS_BIND | MS_REC, NULL));
+		STEP("mounting the root overlay", mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+							LB_ROOT_OVERLAY_OPTS_PRIVATE));
+	}
 	for (size_t i = 0; i < N_OWN; i++)
 		STEP("binding the sandbox's own /etc files", mount(p->own_src[i], p->own[i], NULL, MS_BIND, NULL));
 	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
