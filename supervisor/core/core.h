@@ -297,8 +297,10 @@ int lbd_roots_open(struct lbd *d, struct lb_error *err);
 /* Detaches every shared root (running sandboxes keep theirs). */
 void lbd_roots_close(struct lbd *d);
 /* The shared root of the image at rootfs, made now if it has none, for lb_sandbox_spec.shared_root: buf, or NULL
- * when there is none to give (the start then makes its own). */
+ * when there is none to give (the start then makes its own). A root given is not removed until lbd_root_put. */
 const char *lbd_root_get(struct lbd *d, const char *rootfs, char buf[PATH_MAX]);
+/* The start given root dir by lbd_root_get is done (its sandbox holds its own bind, or it failed): NULL is ignored. */
+void lbd_root_put(struct lbd *d, const char *dir);
 /* Detaches the roots whose image directory is gone or was replaced (after an image is removed). */
 void lbd_roots_prune(struct lbd *d);
 

@@ -8,7 +8,9 @@
  * Roots live at <run_dir>/roots/<n>, n a number never reused while lensboxd runs. A root whose image directory is
  * gone or is another directory (removed, then imported again) is detached and made again at its next use; after an
  * image is removed through the API its root is detached at once. At most LBD_ROOTS_MAX are kept: the least recently
- * used goes first. Detaching never disturbs a running sandbox, which holds its own bind in its own namespace.
+ * used that no start is using goes first (all in use: the start makes its own). A root is never removed under a
+ * start that was given it (lbd_root_get to lbd_root_put): a stale one waits for its last start. Detaching never
+ * disturbs a running sandbox, which holds its own bind in its own namespace.
  * lensboxd's start sweeps what a killed lensboxd left there; its stop detaches them all.
  *
  * A root that cannot be made is not an error: the start then makes one of its own (as lensbox-runner does) and the
@@ -32,8 +34,10 @@ struct lbd_root {
 	dev_t dev;	       /* and that directory's identity then */
 	ino_t ino;
 	char dir[PATH_MAX];
-	uint64_t used; /* the roots' clock at its last use */
-	bool failed;   /* making it failed: starts of this image make their own, without asking again */
+	uint64_t used;	 /* the roots' clock at its last use */
+	uint32_t starts; /* starts given it and not yet done (lbd_root_put): it is not removed under them */
+	bool failed;	 /* making it failed: starts of this image make their own, without asking again */
+	bool stale;	 /* to be removed once its starts are done; no start is given it any more */
 };
 
 struct lbd_roots {
@@ -45,8 +49,13 @@ struct lbd_roots {
 	char parent[PATH_MAX - 32]; /* room in a root's dir for /<n> */
 };
 
+/* Removes entry i now, or marks it stale when starts still use it (the last lbd_root_put removes it). Under mu. */
 static void drop_at(struct lbd_roots *rs, uint32_t i)
 {
+	if (rs->list[i].starts > 0) {
+		rs->list[i].stale = true;
+		return;
+	}
 	struct lb_error err = { 0 };
 	if (!rs->list[i].failed && lb_shared_root_remove(rs->list[i].dir, &err) < 0)
 		lb_warn(NULL, "removing the shared root %s: %s", rs->list[i].dir, err.msg);
@@ -80,8 +89,10 @@ void lbd_roots_close(struct lbd *d)
 	struct lbd_roots *rs = d->roots;
 	if (!rs)
 		return;
-	while (rs->n)
+	while (rs->n) {
+		rs->list[rs->n - 1].starts = 0; /* no start runs any more: the API and the spares are stopped */
 		drop_at(rs, rs->n - 1);
+	}
 	pthread_mutex_destroy(&rs->mu);
 	free(rs);
 	d->roots = NULL;
@@ -91,7 +102,7 @@ void lbd_roots_close(struct lbd *d)
 static int find_locked(struct lbd_roots *rs, const char *rootfs, const struct stat *st)
 {
 	for (uint32_t i = 0; i < rs->n; i++) {
-		if (strcmp(rs->list[i].rootfs, rootfs) != 0)
+		if (rs->list[i].stale || strcmp(rs->list[i].rootfs, rootfs) != 0)
 			continue;
 		if (st && rs->list[i].dev == st->st_dev && rs->list[i].ino == st->st_ino)
 			return (int)i;
@@ -110,14 +121,20 @@ const char *lbd_root_get(struct lbd *d, const char *rootfs, char buf[PATH_MAX])
 	const char *ret = NULL;
 	pthread_mutex_lock(&rs->mu);
 	int i = find_locked(rs, rootfs, &st);
-	if (i < 0) {
+	if (i < 0 && rs->n == LBD_ROOTS_MAX) {
+		/* the least recently used that no start is using; none: this start makes its own root */
+		int lru = -1;
+		for (uint32_t k = 0; k < rs->n; k++)
+			if (rs->list[k].starts == 0 && (lru < 0 || rs->list[k].used < rs->list[lru].used))
+				lru = (int)k;
+		if (lru >= 0)
+			drop_at(rs, (uint32_t)lru);
 		if (rs->n == LBD_ROOTS_MAX) {
-			uint32_t lru = 0;
-			for (uint32_t k = 1; k < rs->n; k++)
-				if (rs->list[k].used < rs->list[lru].used)
-					lru = k;
-			drop_at(rs, lru);
+			pthread_mutex_unlock(&rs->mu);
+			return NULL;
 		}
+	}
+	if (i < 0) {
 		struct lbd_root *e = &rs->list[rs->n];
 		memset(e, 0, sizeof(*e));
 		snprintf(e->rootfs, sizeof(e->rootfs), "%s", rootfs);
@@ -134,11 +151,29 @@ const char *lbd_root_get(struct lbd *d, const char *rootfs, char buf[PATH_MAX])
 	struct lbd_root *e = &rs->list[i];
 	e->used = ++rs->clock;
 	if (!e->failed) {
+		e->starts++;
 		snprintf(buf, PATH_MAX, "%s", e->dir);
 		ret = buf;
 	}
 	pthread_mutex_unlock(&rs->mu);
 	return ret;
+}
+
+void lbd_root_put(struct lbd *d, const char *dir)
+{
+	struct lbd_roots *rs = d->roots;
+	if (!rs || !dir)
+		return;
+	pthread_mutex_lock(&rs->mu);
+	for (uint32_t i = 0; i < rs->n; i++)
+		if (strcmp(rs->list[i].dir, dir) == 0) {
+			if (rs->list[i].starts > 0)
+				rs->list[i].starts--;
+			if (rs->list[i].stale)
+				drop_at(rs, i);
+			break;
+		}
+	pthread_mutex_unlock(&rs->mu);
 }
 
 void lbd_roots_prune(struct lbd *d)
@@ -149,7 +184,8 @@ void lbd_roots_prune(struct lbd *d)
 	pthread_mutex_lock(&rs->mu);
 	for (uint32_t i = rs->n; i-- > 0;) {
 		struct stat st;
-		if (stat(rs->list[i].rootfs, &st) < 0 || st.st_dev != rs->list[i].dev || st.st_ino != rs->list[i].ino)
+		if (!rs->list[i].stale &&
+		    (stat(rs->list[i].rootfs, &st) < 0 || st.st_dev != rs->list[i].dev || st.st_ino != rs->list[i].ino))
 			drop_at(rs, i);
 	}
 	pthread_mutex_unlock(&rs->mu);

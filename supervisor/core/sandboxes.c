@@ -380,6 +380,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		if (lbd_ready_take_cgroup(d, ready_cg))
 			spec.ready_cgroup = ready_cg;
 		r = lb_sandbox_start(&spec, &live, &err);
+		lbd_root_put(d, spec.shared_root);
 		if (r < 0) {
 			if (spec.ready_cgroup) { /* a start that failed before its cgroup step left the set */
 				struct lb_error e1 = { 0 };

@@ -141,6 +141,7 @@ static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, s
 	char root[PATH_MAX];
 	rs.shared_root = lbd_root_get(d, rs.rootfs, root);
 	r = lb_sandbox_start(&rs, &sp->live, err);
+	lbd_root_put(d, rs.shared_root);
 	lbd_image_release(&img);
 	if (r >= 0) {
 		/* Warming: the first program to run in a new sandbox pays for filling its root's caches (each sandbox
