@@ -7,8 +7,9 @@
  *    resolv.conf, and cpu/, the three files of /sys that list its CPUs) and root/, the mount point of its root; then
  *    makes that tmpfs read-only. The root itself is the image's shared root (root_share.c: the image under a skeleton
  *    of mount points, one read-only overlay for every sandbox of the image); a start given none (lensbox-runner)
- *    writes the same skeleton at base/ in this tmpfs, and its child mounts the same overlay over it at root/ in its
- *    own namespace (a root for one sandbox need not outlive it). The image directory is never modified.
+ *    writes the same skeleton at base/ in this tmpfs, with the sandbox's own files in its top layer instead of own/,
+ *    and its child mounts the same overlay over it at root/ in its own namespace (a root for one sandbox need not
+ *    outlive it, nor have files bound over it). The image directory is never modified.
  *
  *        root/ (bind of the shared root: ro,nosuid,nodev)      mounted by the child, in its own mount namespace:
  *          ├── usr bin lib … (image)                               /etc/passwd group hosts hostname resolv.conf
@@ -77,6 +78,7 @@ struct lb_rootfs_plan {
 	const char *image; /* for a root of our own: the image (host path), bound at base/img under the overlay */
 	const char *root;
 	const char *own_src[N_OWN], *own[N_OWN]; /* the sandbox's own files, bound over the shared root's */
+	size_t n_own;				 /* N_OWN, or 0 for a root of our own (they are in its top layer) */
 	const char *storage_src, *sandbox;
 	const char *tmp, *tmp_opts;
 	const char *dev_src, *dev;
@@ -188,10 +190,26 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	 * a crashed sandbox can ever show up in a new one's root. */
 	if (mount("tmpfs", sb->state_dir, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=256,mode=0700") < 0)
 		return lb_error_set(err, errno, "mounting the state tmpfs at %s", sb->state_dir);
-	char own[PATH_MAX], base[PATH_MAX];
-	snprintf(own, sizeof(own), "%s/own", sb->state_dir);
-	if ((r = make_dir(sb->state_dir, "own", err)) < 0 || (r = make_dir(sb->state_dir, "root", err)) < 0)
+	/* The image's shared root, with the sandbox's own files in own/ to be bound over it; or, given none, the
+	 * skeleton of a root of our own at base/ in this tmpfs, with those files written into its top layer, which the
+	 * child mounts as the shared one is (the image bound at base/img, the overlay at root) in its own namespace. */
+	char own[PATH_MAX], base[PATH_MAX], etc[PATH_MAX];
+	if ((r = make_dir(sb->state_dir, "root", err)) < 0)
 		return r;
+	if (spec->shared_root) {
+		if ((size_t)snprintf(base, sizeof(base), "%s", spec->shared_root) >= sizeof(base))
+			return lb_error_setx(err, ENAMETOOLONG, "shared root path too long");
+		snprintf(own, sizeof(own), "%s/own", sb->state_dir);
+		snprintf(etc, sizeof(etc), "%s", own);
+		if ((r = make_dir(sb->state_dir, "own", err)) < 0)
+			return r;
+	} else {
+		snprintf(base, sizeof(base), "%s/base", sb->state_dir);
+		snprintf(own, sizeof(own), "%s/skel/sys/devices/system", base);
+		snprintf(etc, sizeof(etc), "%s/skel/etc", base);
+		if ((r = make_dir(sb->state_dir, "base", err)) < 0 || (r = lb_root_skeleton_write(base, err)) < 0)
+			return r;
+	}
 
 	unsigned uid = sb->uid, gid = sb->gid;
 	const char *contents[LB_ROOT_OWN_ETC];
@@ -212,21 +230,10 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	contents[3] = hostname;
 	contents[4] = spec->resolv_conf ? spec->resolv_conf : "# no name servers: the network is off\n";
 	for (size_t i = 0; i < LB_ROOT_OWN_ETC; i++)
-		if ((r = write_text(own, lb_root_own_etc[i], contents[i], err)) < 0)
+		if ((r = write_text(etc, lb_root_own_etc[i], contents[i], err)) < 0)
 			return r;
 	if ((r = write_cpu_files(own, &sb->cpus, err)) < 0)
 		return r;
-
-	/* The image's shared root; or, given none, the skeleton of a root of our own in this tmpfs, which the child
-	 * mounts as the shared one is (the image bound at base/img, the overlay at root) in its own namespace. */
-	if (spec->shared_root) {
-		if ((size_t)snprintf(base, sizeof(base), "%s", spec->shared_root) >= sizeof(base))
-			return lb_error_setx(err, ENAMETOOLONG, "shared root path too long");
-	} else {
-		snprintf(base, sizeof(base), "%s/base", sb->state_dir);
-		if ((r = make_dir(sb->state_dir, "base", err)) < 0 || (r = lb_root_skeleton_write(base, err)) < 0)
-			return r;
-	}
 	/* Privileged: our own tmpfs, read-only at its superblock now that it is written, so the binds of own/ cannot
 	 * be written by anyone but the host's root, whatever flags a namespace gives them. */
 	if (mount(NULL, sb->state_dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
@@ -242,12 +249,15 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 	p->image = spec->shared_root ? NULL : plan_str(p, "%s", spec->rootfs);
 	const char *R = sb->root_mnt;
 	p->root = plan_str(p, "%s", R);
-	for (size_t i = 0; i < LB_ROOT_OWN_ETC; i++) {
+	p->n_own = spec->shared_root ? N_OWN : 0; /* a root of our own has them in its top layer */
+	for (size_t i = 0; i < LB_ROOT_OWN_ETC && p->n_own; i++) {
 		p->own_src[i] = plan_str(p, "%s/%s", own, lb_root_own_etc[i]);
 		p->own[i] = plan_str(p, "%s/etc/%s", R, lb_root_own_etc[i]);
 	}
-	p->own_src[LB_ROOT_OWN_ETC] = plan_str(p, "%s/cpu", own);
-	p->own[LB_ROOT_OWN_ETC] = plan_str(p, "%s/sys/devices/system/cpu", R);
+	if (p->n_own) {
+		p->own_src[LB_ROOT_OWN_ETC] = plan_str(p, "%s/cpu", own);
+		p->own[LB_ROOT_OWN_ETC] = plan_str(p, "%s/sys/devices/system/cpu", R);
+	}
 	p->storage_src = plan_str(p, "%s", sb->storage_mnt);
 	p->sandbox = plan_str(p, "%s/sandbox", R);
 	p->tmp = plan_str(p, "%s/tmp", R);
@@ -334,7 +344,7 @@ int lb_rootfs_enter(const struct lb_rootfs_plan *p, const char **ret_step)
 		STEP("mounting the root overlay", mount("overlay", "root", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
 							LB_ROOT_OVERLAY_OPTS_PRIVATE));
 	}
-	for (size_t i = 0; i < N_OWN; i++)
+	for (size_t i = 0; i < p->n_own; i++)
 		STEP("binding the sandbox's own /etc files", mount(p->own_src[i], p->own[i], NULL, MS_BIND, NULL));
 	/* The storage mount is already nosuid,nodev on the host; a bind copies those flags and locks them. */
 	STEP("mounting /sandbox", mount(p->storage_src, p->sandbox, NULL, MS_BIND, NULL));

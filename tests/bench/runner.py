@@ -126,8 +126,12 @@ def main():
         new_lib, exec_lib, first_lib = [], [], []
         lib_o = {"new": [], "first": [], "exec": [], "start": [], "exec1": [], "stop": []}
         lib_t = {"start": [], "exec1": [], "stop": []}
-        for _ in range(n):
-            for name, cmd in cmds.items():
+        names = list(cmds)
+        for i in range(n):
+            # in an order that rotates every round: in a fixed order each variant always follows the same one, and
+            # what that one leaves behind (a storage's writeback, a pool refill) always lands on it
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                cmd = cmds[name]
                 dt, out = timed(cmd)
                 wall[name].append(dt * 1000)
                 if name == "new":
