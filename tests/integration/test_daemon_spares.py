@@ -21,6 +21,11 @@ def spares(d):
     return d.request("GET", "/v1/health")[1]["spares"]
 
 
+def spare_failures(d):
+    """The daemon's log lines about spares it could not make."""
+    return [line for line in d.read_log().splitlines() if "spare" in line and "failed" in line]
+
+
 def spare_uids(d):
     """The uids the store has reserved for spares (read-only, beside the running daemon: WAL allows it)."""
     db = sqlite3.connect(f"file:{os.path.join(d.state, 'state.db')}?mode=ro", uri=True)
@@ -110,14 +115,16 @@ def test_the_pool_grows_after_a_burst_and_shrinks_back():
         assert any("spare=yes" in line for line in started_lines(d, first[0]))
         assert any("spare=no" in line for line in started_lines(d, first[2])), "one spare: the burst drained it"
         assert spares(d)["target"] == 3, spares(d)
-        assert wait_for(lambda: spares(d)["ready"] == 3, 30), spares(d)
+        # a spare that could not be made is tried again SPARE_RETRY_MS (30 s) later: the pool still grows, and the
+        # log says why it failed (seen once in CI, not reproduced since)
+        assert wait_for(lambda: spares(d)["ready"] == 3, 45), (spares(d), spare_failures(d))
         assert len(spare_uids(d)) == 3
         second = [d.name(f"b2-{i}") for i in range(3)]
         for n in second:
             d.ok_run(n, "pass")
         for n in second:
             assert any("spare=yes" in line for line in started_lines(d, n)), (n, started_lines(d, n))
-        assert wait_for(lambda: spares(d)["ready"] == 3, 30), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 3, 45), (spares(d), spare_failures(d))
         # a minute after the second burst (plus the thread's 2 s check), back to one
         assert wait_for(lambda: spares(d)["target"] == 1 and spares(d)["ready"] == 1, 75), spares(d)
         assert len(spare_uids(d)) == 1
