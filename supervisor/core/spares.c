@@ -144,9 +144,10 @@ static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, s
 	lbd_root_put(d, rs.shared_root);
 	lbd_image_release(&img);
 	if (r >= 0) {
-		/* Warming: the first program to run in a new sandbox pays for filling its root's caches (each sandbox
-		 * has a root filesystem of its own), ~3-5 ms for Python. A spare pays it now, with a program that
-		 * writes nothing, so the conversation's first run does not. */
+		/* Warming: the first program to run in a new sandbox pays for filling caches: its storage's, and its
+		 * root's when the image's shared root is new or the sandbox has a root of its own (roots.c), ~3-5 ms
+		 * for Python then. A spare pays it now, with a program that writes nothing, so the conversation's
+		 * first run does not. */
 		static const char *const argv[] = { "python3", "-c", "pass", NULL };
 		static const char *const env[] = LBD_RUN_ENV_INIT;
 		struct lb_exec_spec es = { .argv = argv,
