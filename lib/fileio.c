@@ -34,9 +34,10 @@ int lb_write_all(int fd, const void *buf, size_t len)
 int lb_read_fd(int fd, size_t max, char **ret_buf, size_t *ret_len)
 {
 	size_t cap = max < 4096 ? max + 1 : 4096, len = 0;
-	/* A regular file's size is a good first guess (one read, no growing); it may change under us: the loop. */
+	/* A regular file's size is a good first guess (one read, no growing); it may change under us: the loop. Kernel
+	 * files (cgroupfs, /proc) say 0 whatever they hold: those start at 4 KiB rather than growing from one byte. */
 	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0 && (uint64_t)st.st_size <= max)
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= max)
 		cap = (size_t)st.st_size + 1;
 	_cleanup_free_ char *buf = malloc(cap + 1);
 	if (!buf)
