@@ -145,6 +145,12 @@ extern const char *const lb_root_dev_nodes[LB_ROOT_DEV_NODES];
 /* A root's skeleton in dir (an empty directory of root's): skel/ (mount points, empty /etc files), devskel/, and the
  * mount points img/ and root/. */
 int lb_root_skeleton_write(const char *dir, struct lb_error *err);
+/* Remounts our own tmpfs at dir (mounted with opts) read-only at its superblock, once written. The kernel refuses
+ * (EBUSY) while any descriptor open for writing on it exists, and that includes the copies in a child that another
+ * thread of the caller clones at the instant one of our writes is open: a run's C1 and C2, a pool refiller's
+ * intermediate child, a spawned tool, each holding every descriptor of the caller until its exec or close_range.
+ * Those go within milliseconds: EBUSY is tried again every millisecond for up to 200 ms. 0 or a negative errno. */
+int lb_tmpfs_seal(const char *dir, const char *opts);
 /* The overlay of a root, its layers named relative to the root's directory (no host path in any mountinfo):
  * read-only with no upper layer; redirect_dir=nofollow and metacopy=off so overlay xattrs an image might carry are
  * not followed. A sandbox's own root (no shared one) is mounted by its child relative to its state directory. */

@@ -21,6 +21,9 @@
  * a less privileged namespace). What one sandbox could learn from another through it (which paths are cached) it
  * could already learn through the image's page cache.
  *
+ * Also here, for both kinds of root: lb_tmpfs_seal(), which makes such a tmpfs (or a sandbox's state tmpfs, rootfs.c)
+ * read-only once it is written.
+ *
  * Invariants: the overlay's layers are named relative to <dir> (skel:img), so no mountinfo shows a host path; the
  * overlay is mounted from a thread of our own with its own working directory, so the caller's threads never see
  * their directory change. Nothing here logs or exits.
@@ -36,6 +39,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lb/cleanup.h"
@@ -174,12 +178,28 @@ int lb_shared_root_make(const char *rootfs, const char *dir, struct lb_error *er
 	}
 	/* Read-only from here: the skeleton under the overlay never changes. The superblock's flag, which no
 	 * sandbox's namespace can clear (it is the host's). */
-	if (r == 0 && mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-			    "size=1m,nr_inodes=256,mode=0700") < 0)
-		r = lb_error_set(err, errno, "making %s read-only", dir);
+	int sr;
+	if (r == 0 && (sr = lb_tmpfs_seal(dir, "size=1m,nr_inodes=256,mode=0700")) < 0)
+		r = lb_error_set(err, sr, "making %s read-only", dir);
 	if (r < 0)
 		(void)lb_shared_root_remove(dir, NULL);
 	return r;
+}
+
+/* Up to SEAL_TRIES_MS for the copies of a writer to go (lb_tmpfs_seal). */
+#define SEAL_TRIES_MS 200
+
+int lb_tmpfs_seal(const char *dir, const char *opts)
+{
+	for (int tried = 0;; tried++) {
+		/* Privileged: our own tmpfs, made read-only at its superblock (what the callers own). */
+		if (mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, opts) == 0)
+			return 0;
+		if (errno != EBUSY || tried >= SEAL_TRIES_MS)
+			return -errno;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
 }
 
 int lb_shared_root_remove(const char *dir, struct lb_error *err)

@@ -234,11 +234,10 @@ int lb_rootfs_prepare(struct lb_sandbox *sb, const struct lb_sandbox_spec *spec,
 			return r;
 	if ((r = write_cpu_files(own, &sb->cpus, err)) < 0)
 		return r;
-	/* Privileged: our own tmpfs, read-only at its superblock now that it is written, so the binds of own/ cannot
-	 * be written by anyone but the host's root, whatever flags a namespace gives them. */
-	if (mount(NULL, sb->state_dir, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV,
-		  "size=1m,nr_inodes=256,mode=0700") < 0)
-		return lb_error_set(err, errno, "making the state tmpfs at %s read-only", sb->state_dir);
+	/* Read-only at its superblock now that it is written, so the binds of own/ cannot be written by anyone but the
+	 * host's root, whatever flags a namespace gives them. */
+	if ((r = lb_tmpfs_seal(sb->state_dir, "size=1m,nr_inodes=256,mode=0700")) < 0)
+		return lb_error_set(err, r, "making the state tmpfs at %s read-only", sb->state_dir);
 
 	_Static_assert(5 + 2 * N_OWN + 5 + 2 * N_DEV_NODES + 4 + N_MASKED_FILES + N_MASKED_DIRS + N_RO_DIRS + 1 <=
 			   PLAN_STRINGS,
