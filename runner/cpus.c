@@ -12,6 +12,9 @@
  * Invariants: the set is never empty and always a subset of the caller's affinity. It sizes pools and keeps
  * sandboxes apart on the CPU caches; the limit itself is the cgroup's quota, so a program that widens its own
  * affinity (it may: it is its own process) gains no CPU time.
+ *
+ * Also here: the CPUs a start's init child begins on (lb_cpus_apart), away from the thread that starts it, so that the
+ * two halves of a start that are meant to run at once do (sandbox.c).
  */
 #include "internal.h"
 
@@ -66,4 +69,17 @@ int lb_cpus_format(const cpu_set_t *set, char *buf, size_t size)
 	if (used == 0)
 		return -ENOENT;
 	return 0;
+}
+
+bool lb_cpus_apart(cpu_set_t *ret_apart, cpu_set_t *ret_all)
+{
+	int cpu = sched_getcpu();
+	if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(*ret_all), ret_all) < 0)
+		return false;
+	size_t here = (size_t)cpu;
+	if (CPU_COUNT(ret_all) < 2 || !CPU_ISSET(here, ret_all))
+		return false;
+	*ret_apart = *ret_all;
+	CPU_CLR(here, ret_apart);
+	return true;
 }

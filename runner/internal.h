@@ -63,6 +63,9 @@ struct lb_sandbox {
 int lb_cpus_choose(uint32_t cpu_millicores, uint32_t spread_key, cpu_set_t *ret);
 /* The set as the kernel lists CPUs in /sys ("0-1,3"); -ENAMETOOLONG when it does not fit in size. */
 int lb_cpus_format(const cpu_set_t *set, char *buf, size_t size);
+/* For a child that is to work beside the calling thread: *ret_all is the caller's affinity, *ret_apart the same
+ * without the CPU the caller runs on now. False (nothing to do) when the caller may use only one CPU. */
+bool lb_cpus_apart(cpu_set_t *ret_apart, cpu_set_t *ret_all);
 
 /* disk.c — the storage: a sparse ext4 image of the disk limit, loop-attached and mounted nosuid,nodev. */
 /* Takes the storage's exclusive lock (waiting up to timeout_ms); returns the fd that holds it (CLOEXEC). */

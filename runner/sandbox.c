@@ -104,7 +104,9 @@ struct init_args {
 	size_t n_cg;
 	char report_fd_arg[16];
 	uint32_t uid, gid;
-	bool netns_ready; /* we were born in a network namespace made ahead (lb_netns_make): we make none */
+	bool netns_ready;  /* we were born in a network namespace made ahead (lb_netns_make): we make none */
+	bool restore_cpus; /* we were born away from the starting thread's CPU: cpus is the affinity to take back */
+	cpu_set_t cpus;
 };
 
 /* Drops to uid/gid with nothing: bounding set emptied, then setresuid() from 0 clears permitted, effective and
@@ -198,8 +200,11 @@ LB_BORROWED_STACK static _Noreturn void init_main(const struct init_args *a)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1); /* the parent gave up */
-	/* Released: from here we outlive the thread that made us (the sandbox is long-lived). */
+	/* Released: from here we outlive the thread that made us (the sandbox is long-lived). Our share of the start
+	 * done beside the parent's is over: every CPU it may use is ours again (a failure only leaves us fewer). */
 	prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+	if (a->restore_cpus)
+		(void)sched_setaffinity(0, sizeof(a->cpus), &a->cpus);
 	/* Our mount namespace is a copy of the host's as it is now (the storage and the skeleton mounted), owned by our
 	 * user namespace, so every mount copied from the host is locked; rootfs.c makes them private and detaches them.
 	 * Our cgroup namespace is rooted at the sandbox's `init` leaf: the host's hierarchy stays invisible. */
@@ -621,7 +626,26 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 	sp->wake_fd = s->release[0];
 	sp->netns_fd = s->spec->ready_netns > 0 ? s->spec->ready_netns : -1;
 	sp->err = 0;
-	r = pthread_create(&sp->thread, NULL, init_spawn_thread, sp);
+	/* The child's first steps (joining its cgroup, its network namespace) and ours until its release (id maps,
+	 * storage, skeleton) are meant to run at once. Born on this thread's CPU, the child is preempted by this thread
+	 * as soon as its first byte wakes us, and waits there while another CPU idles: the thread that clones it is
+	 * created on the other CPUs, so the child starts there (a start 0.16-0.19 ms shorter here), and the child takes
+	 * back the rest once released. glibc places a new thread before it first runs; a thread that moved itself costs
+	 * more than it saves (the musl tool's starts: +0.11 ms), so the tool does without. */
+	bool placed = false;
+#ifdef __GLIBC__
+	pthread_attr_t attr;
+	cpu_set_t apart;
+	if (lb_cpus_apart(&apart, &args->cpus) && pthread_attr_init(&attr) == 0) {
+		/* read by the child once released, long after this */
+		args->restore_cpus = pthread_attr_setaffinity_np(&attr, sizeof(apart), &apart) == 0;
+		placed = args->restore_cpus && pthread_create(&sp->thread, &attr, init_spawn_thread, sp) == 0;
+		pthread_attr_destroy(&attr);
+	}
+#endif
+	args->restore_cpus = placed;
+	/* Unplaced (one CPU, the tool, or the placement failed): as any thread. */
+	r = placed ? 0 : pthread_create(&sp->thread, NULL, init_spawn_thread, sp);
 	char said = 0;
 	if (r == 0) {
 		sp->running = true;

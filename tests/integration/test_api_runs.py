@@ -102,6 +102,23 @@ def test_runs_leave_the_daemon_as_it_was(d):
     assert before[1] != "1000" and before[0]["Seccomp"] == "0" and before[0]["Uid"].split()[0] == "0"
 
 
+
+def test_sandbox_init_has_every_cpu_of_the_daemon(d):
+    # The init child starts on CPUs other than the starting thread's (runner/sandbox.c) and takes back the daemon's
+    # whole affinity once released: pid 1 of each new sandbox has it.
+    def cpu_list(cpus):
+        return ",".join(str(c) for c in sorted(cpus))
+    want = os.sched_getaffinity(d.proc.pid)
+    for i in range(3):
+        r = d.ok_run(d.name(f"initcpus{i}"), "import re\n"
+                     "s = open('/proc/1/status').read()\n"
+                     "print(re.search(r'Cpus_allowed_list:\\t(\\S+)', s).group(1))")
+        listed = set()
+        for part in r["stdout"].strip().split(","):
+            a, _, b = part.partition("-")
+            listed |= set(range(int(a), int(b or a) + 1))
+        assert listed == want, (r["stdout"], cpu_list(want))
+
 def test_time_limit_message(d):
     r = d.ok_run(d.name("slow"), "import time\nprint('started', flush=True)\ntime.sleep(30)", timeout_seconds=1)
     assert r["timed_out"] is True and r["exit_code"] is None and r["signal"] == 9
