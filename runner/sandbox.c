@@ -629,9 +629,9 @@ static int start_clone_init(struct start *s, struct lb_error *err)
 	/* The child's first steps (joining its cgroup, its network namespace) and ours until its release (id maps,
 	 * storage, skeleton) are meant to run at once. Born on this thread's CPU, the child is preempted by this thread
 	 * as soon as its first byte wakes us, and waits there while another CPU idles: the thread that clones it is
-	 * created on the other CPUs, so the child starts there (a start 0.16-0.19 ms shorter here), and the child takes
-	 * back the rest once released. glibc places a new thread before it first runs; a thread that moved itself costs
-	 * more than it saves (the musl tool's starts: +0.11 ms), so the tool does without. */
+	 * created on the other CPUs, so the child starts there (a start ~0.16 ms shorter here, median), and the child
+	 * takes back the rest once released. glibc places a new thread before it first runs; a thread that moved itself
+	 * costs more than it saves (the musl tool's starts: +0.11 ms), so the tool does without. */
 	bool placed = false;
 #ifdef __GLIBC__
 	pthread_attr_t attr;
