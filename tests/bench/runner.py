@@ -29,6 +29,7 @@ Targets (issue 3): new < 1.3x bare, exec < 1.1x bare; (issue 18) fresh <= 1.3x b
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--rootfs")
     ap.add_argument("--build-dir", default=os.environ.get("LENSBOX_BUILD_DIR", os.path.join(SOURCE_DIR, "build")))
     ap.add_argument("--compare-build-dir", help="another build whose lensbox-runner runs alongside (before/after)")
+    ap.add_argument("--seed", type=int, default=1, help="of the order the variants run in each round")
     args = ap.parse_args()
 
     if args.rootfs:
@@ -127,10 +129,15 @@ def main():
         lib_o = {"new": [], "first": [], "exec": [], "start": [], "exec1": [], "stop": []}
         lib_t = {"start": [], "exec1": [], "stop": []}
         names = list(cmds)
+        rng = random.Random(args.seed)
         for i in range(n):
-            # in an order that rotates every round: in a fixed order each variant always follows the same one, and
-            # what that one leaves behind (a storage's writeback, a pool refill) always lands on it
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            # in an order shuffled every round: in a fixed order each variant always follows the same one, and what
+            # that one leaves behind (a storage's writeback, a pool refill, warm caches) always lands on it; a
+            # rotating order still gave each variant the same predecessor in all but one round of a cycle (this
+            # build's `new` and the other build's ran back to back)
+            order = names[:]
+            rng.shuffle(order)
+            for name in order:
                 cmd = cmds[name]
                 dt, out = timed(cmd)
                 wall[name].append(dt * 1000)
