@@ -4,8 +4,11 @@ Two quiet sandboxes ask the resolver (`web`) and fetch through the relay (`packa
 them: one sends DNS queries for names the world's DNS server answers 1 s late (each a new name, so none is answered
 from lensbox's cache and each holds a query in flight) as fast as its socket takes them, the other holds 300 idle connections to the relay, opening a new one for each the relay
 resets. The quiet sandboxes' latency is measured in quiet and flooded phases taking turns in the same run (three of
-each, pooled), and the flooded p99 must stay within 1.5 x the quiet p99 (plus 2 ms, the timer resolution of a loaded
-2-core machine), with no failed attempt; the flooders' excess is refused and counted in their `blocked`. The same
+each, pooled), and the flooded p95 must stay within 1.5 x the quiet p95 (plus 2 ms, the timer resolution of a loaded
+2-core machine), the flooded p99 within 3 x the quiet p99 plus 10 ms, with no failed attempt; the flooders' excess
+is refused and counted in their `blocked`. (The p99 of ~450 attempts is their five slowest: on this shared 2-core
+machine the scheduler alone moved it 2-6 x between phases: a build from before 2026-12-07 failed the old 1.5 x p99
+bound in 2 of 4 runs that day, while the p95 moved by less than 1 ms.) The same
 floods against a lensbox-net whose shares are the whole bounds (one sandbox may take them all) starve the quiet
 sandboxes: that is what the shares prevent, and proves the measurement can see it.
 """
@@ -88,17 +91,19 @@ def test_a_flooding_sandbox_does_not_starve_the_quiet_ones():
     for kind in ("dns", "relay"):
         quiet, loud = latencies(out[False][kind]), latencies(out[True][kind])
         fails = [a for a in out[True][kind] + out[False][kind] if not a[2]]
+        q95, l95 = svcload.percentile(quiet, 95), svcload.percentile(loud, 95)
         q99, l99 = svcload.percentile(quiet, 99), svcload.percentile(loud, 99)
-        print(f"{kind:5}: quiet p50 {svcload.percentile(quiet, 50):.2f} p99 {q99:.2f} ms ({len(quiet)}); flooded "
-              f"p50 {svcload.percentile(loud, 50):.2f} p99 {l99:.2f} ms ({len(loud)}): p99 x{l99 / q99:.2f}; "
-              f"{len(fails)} failed")
-        figures[kind] = (quiet, loud, fails, q99, l99)
+        print(f"{kind:5}: quiet p50 {svcload.percentile(quiet, 50):.2f} p95 {q95:.2f} p99 {q99:.2f} ms ({len(quiet)}); "
+              f"flooded p50 {svcload.percentile(loud, 50):.2f} p95 {l95:.2f} p99 {l99:.2f} ms ({len(loud)}): "
+              f"p95 x{l95 / q95:.2f}, p99 x{l99 / q99:.2f}; {len(fails)} failed")
+        figures[kind] = (quiet, loud, fails, q95, l95, q99, l99)
     print(f"flood: {made[0]} DNS queries, {made[1]} relay connections; refused and counted: "
           f"{after['loud_web'] - before['loud_web']} and {after['loud_pkg'] - before['loud_pkg']}")
-    for kind, (quiet, loud, fails, q99, l99) in figures.items():
+    for kind, (quiet, loud, fails, q95, l95, q99, l99) in figures.items():
         assert not fails, (kind, fails[:5])
         assert len(loud) >= ROUNDS * PHASE * 10, (kind, len(loud))
-        assert l99 <= 1.5 * q99 + 2.0, (kind, q99, l99)
+        assert l95 <= 1.5 * q95 + 2.0, (kind, q95, l95)
+        assert l99 <= 3.0 * q99 + 10.0, (kind, q99, l99)
     # the floods' excess is refused and counted; the quiet sandboxes are never refused
     assert after["loud_web"] - before["loud_web"] >= made[0] // 2, (made, before, after)
     assert after["loud_pkg"] - before["loud_pkg"] >= (300 - 64) * ROUNDS, (made, before, after)
