@@ -42,7 +42,7 @@ def started_lines(d, name):
 def test_first_run_takes_a_spare_and_the_pool_refills():
     with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
         assert spares(d)["target"] == 2
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         before = spare_uids(d)
         assert len(before) == 2
 
@@ -63,7 +63,7 @@ def test_first_run_takes_a_spare_and_the_pool_refills():
         assert d.ok_run(n, "print(open('kept.txt').read())")["stdout"] == "kept\n"
 
         # refilled: two ready again, neither holding a uid any sandbox holds
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         now = spare_uids(d)
         assert len(now) == 2 and sb["host_uid"] not in now
 
@@ -71,7 +71,7 @@ def test_first_run_takes_a_spare_and_the_pool_refills():
 def test_cli_health_shows_the_spares():
     lensbox = os.path.join(BUILD_DIR, "clients", "cli", "lensbox")
     with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         p = subprocess.run([lensbox, "health"], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, LENSBOX_SOCKET=d.socket))
         assert p.returncode == 0, p.stdout + p.stderr
@@ -80,7 +80,7 @@ def test_cli_health_shows_the_spares():
 
 def test_two_claimed_spares_are_two_separate_sandboxes():
     with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         a, b = d.name("a"), d.name("b")
         d.ok_run(a, "open('/sandbox/mine.txt', 'w').write('a'); open('/tmp/t', 'w').write('a')")
         r = d.ok_run(b, "import os\nprint(sorted(set(os.listdir('/sandbox')) - {'lost+found'}), os.path.exists('/tmp/t'))")
@@ -93,7 +93,7 @@ def test_two_claimed_spares_are_two_separate_sandboxes():
 
 def test_a_different_spec_does_not_take_a_spare():
     with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         held = spare_uids(d)
         n = d.name("small")
         r = d.ok_run(n, "print(1)", sandbox={"memory": "256Mi"})
@@ -107,7 +107,7 @@ def test_the_pool_grows_after_a_burst_and_shrinks_back():
     """Three new sandboxes within seconds: the pool grows from 1 to 3 (spare_sandboxes_max), the next burst of three
     is served by spares only, and a minute after the last burst the surplus is discarded, leaving nothing behind."""
     with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "3", "log_level": "debug"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         assert spares(d)["target"] == 1 and spares(d)["max"] == 3
         first = [d.name(f"b1-{i}") for i in range(3)]
         for n in first:
@@ -136,7 +136,7 @@ def test_the_pool_grows_after_a_burst_and_shrinks_back():
 def test_a_ceiling_below_the_floor_keeps_the_floor():
     with Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "1"}) as d:
         assert spares(d)["target"] == 2 and spares(d)["max"] == 2, spares(d)
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         for i in range(4):
             d.ok_run(d.name(f"n{i}"), "pass")
         assert spares(d)["target"] == 2, spares(d)
@@ -158,7 +158,7 @@ def test_spares_follow_the_spec_most_new_sandboxes_ask_for():
     of that after a few of them (five of the last eight); an odd one now and then does not move them (four of eight
     is a tie, and the spec of the spares keeps its place)."""
     with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         default_uids = spare_uids(d)
         names = [d.name(f"big{i}") for i in range(6)]
         for n in names[:4]:
@@ -182,7 +182,7 @@ def test_spares_follow_the_spec_most_new_sandboxes_ask_for():
 
 def test_a_file_upload_to_a_new_sandbox_takes_a_spare():
     with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1"}) as d:
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         held = spare_uids(d)
         n = d.name("upload")
         status, _ = d.request("PUT", f"/v1/sandboxes/{n}/files/in.txt", b"hello")
@@ -197,7 +197,7 @@ def test_recreated_sandbox_takes_a_spare_and_delete_leaves_only_spares():
         n = d.name("recreate")
         d.ok_run(n, "open('old.txt', 'w').write('old')", sandbox={"image": "python:other"})
         assert any("spare=no" in line for line in started_lines(d, n)), "not the default image: no spare"
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         held = spare_uids(d)
         # back to the default image: recreated empty, from the spare
         r = d.ok_run(n, "import os\nprint(sorted(set(os.listdir('.')) - {'lost+found'}))",
@@ -207,20 +207,20 @@ def test_recreated_sandbox_takes_a_spare_and_delete_leaves_only_spares():
         storage = d.storage_of(n)
         assert d.request("DELETE", f"/v1/sandboxes/{n}")[0] == 200
         assert not os.path.exists(storage)
-        assert wait_for(lambda: spares(d)["ready"] == 1, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 1, 20), (spares(d), spare_failures(d))
         assert d.leaks(settle=1.0, except_uids=spare_uids(d)) == []
 
 
 def test_nothing_of_a_spare_outlives_a_stop_or_a_crash():
     d = Daemon(settings={"spare_sandboxes": "2", "spare_sandboxes_max": "2"})
     try:
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         old = spare_uids(d)
         d.kill9()
         assert d.leaks(settle=0, made_ahead=False), "a SIGKILLed daemon's spares stay until the next start reconciles them"
         d.start()
         assert "removed the spare sandboxes of an earlier instance" in d.read_log()
-        assert wait_for(lambda: spares(d)["ready"] == 2, 20), spares(d)
+        assert wait_for(lambda: spares(d)["ready"] == 2, 20), (spares(d), spare_failures(d))
         new = spare_uids(d)
         assert d.leaks(settle=1.0, except_uids=new) == []
         for u in old:
