@@ -687,6 +687,9 @@ int main(int argc, char **argv)
 	/* A terminal's ^C must not leave a half-stopped sandbox: the tool finishes its stop first. */
 	signal(SIGINT, SIG_IGN);
 	signal(SIGPIPE, SIG_IGN);
+	/* The sandbox's uid must enter and read what the start creates (its root's skeleton, /etc files, mount points),
+	 * whatever umask the tool was started with: a shell's 077 made them root's alone. */
+	umask(0022);
 
 	struct runs runs;
 	status = start_run_stop(&o, &spec, (const char *const *)&argv[optind], timeout_s, out_limit, &runs, &err);

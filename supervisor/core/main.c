@@ -235,7 +235,9 @@ static void prepare_process(sigset_t *set)
 	sigaddset(set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, set, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a client that disconnects must not kill the daemon */
-	umask(0022);		  /* runner/ creates directories the sandbox's uid must enter; private ones pass 0700 */
+	/* runner/ creates directories and files the sandbox's uid must enter and read (private ones pass 0700). Set
+	 * here, while single-threaded, and never changed again: the umask is the whole process's. */
+	umask(0022);
 	raise_fd_limit();
 }
 

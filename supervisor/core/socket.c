@@ -82,13 +82,12 @@ int lbd_socket_create(const struct lbd_config *cfg, struct lb_error *err)
 	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return lb_error_set(err, errno, "socket");
-	/* Created 0600 (umask 0177 around bind) and only then opened to the group, so it is never wider. */
-	mode_t old = umask(0177);
-	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int bind_errno = errno;
-	umask(old);
-	if (r < 0)
-		return lb_error_set(err, bind_errno, "binding %s", cfg->socket_path);
+	/* Bound with the process's umask (0022, main.c): 0755, and connecting needs write permission, so only root can
+	 * connect until the chmod below opens it to the group. The umask is not narrowed around the bind: it belongs
+	 * to the whole process, and threads that start sandboxes (the spares', connection threads) create files and
+	 * directories the sandbox's uid must read meanwhile (this runs again whenever the API process is restarted). */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return lb_error_set(err, errno, "binding %s", cfg->socket_path);
 	/* Safe: the path is the socket we just bound in a root-owned directory others cannot enter. */
 	if (chown(cfg->socket_path, 0, gid) < 0)
 		return lb_error_set(err, errno, "chown %s", cfg->socket_path);

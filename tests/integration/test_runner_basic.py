@@ -178,3 +178,17 @@ def test_pid_1_is_lensbox_init_and_out_of_reach(env):
     assert lines[0] == "lensbox-init"
     assert lines[1] == "memfd:lensbox-i 1000 True"  # comm is cut at 15 characters
     assert lines[2:] == ["/proc/1/environ EACCES", "/proc/1/fd EACCES", "/proc/1/mem EACCES", "/proc/1/root/ EACCES"]
+
+
+def test_a_narrow_umask_leaves_the_sandbox_usable(env):
+    """Started from a shell with umask 077, the tool still makes a root its sandbox's uid can use: the skeleton, the
+    /etc files and the mount points it creates come out readable (it sets 0022 itself). Before, the program could
+    not even enter its working directory: "chdir to the working directory: Permission denied"."""
+    code = ("import os; print(open('/etc/passwd').read().splitlines()[1]); open('/tmp/x', 'w').write('1'); "
+            "print(os.getcwd(), sorted(os.listdir('/dev'))[:3])")
+    r = env.python(code, wrapper=("sh", "-c", 'umask 077 && exec "$0" "$@"'))
+    assert r.rc == 0, (r.tool_stderr, r.get("error"))
+    assert r["exit_code"] == 0, r["stderr"]
+    lines = r["stdout"].splitlines()
+    assert lines[0].startswith("sandbox:x:1000:1000:")
+    assert lines[1].startswith("/sandbox ")

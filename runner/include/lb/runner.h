@@ -119,7 +119,9 @@ struct lb_sandbox; /* opaque; owned by the caller between start and stop */
  * Starting again from the same storage gives back every file. Fails with -EEXIST (touching nothing) when a
  * cgroup of this name still holds processes (a running sandbox, or a crash's leftovers: lb_sandbox_cleanup), with
  * -EBUSY when the storage is still attached after 2 s, with -ENOTSUP when the kernel's Landlock ABI is below the
- * policy's minimum. On failure everything created is undone and *ret is untouched. */
+ * policy's minimum. On failure everything created is undone and *ret is untouched. The process's umask must let
+ * others read and search (0022, as lensboxd and lensbox-runner set it at start) and must not change while any
+ * start runs: the sandbox's uid reads the skeleton, /etc files and mount points the start creates. */
 int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret, struct lb_error *err);
 
 /* The sandbox's network namespace (a new fd the caller closes) for netfilter/ to plug a veth into. */
