@@ -253,11 +253,11 @@ int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *e
 	return 0;
 }
 
+/* Inserts a stopped sandbox holding uid, or a newly allocated uid when uid is 0. */
 static int insert_unlocked(struct lb_store *s, const char *name, const struct lb_store_spec *spec, const char *digest,
-			   int64_t now_ms, struct lb_error *err)
+			   int64_t now_ms, uint32_t uid, struct lb_error *err)
 {
-	uint32_t uid = 0;
-	int r = store_allocate_uid(s, &uid, err);
+	int r = uid ? 0 : store_allocate_uid(s, &uid, err);
 	if (r < 0)
 		return r;
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
@@ -280,6 +280,37 @@ static int insert_unlocked(struct lb_store *s, const char *name, const struct lb
 	return 0;
 }
 
+int store_spare_take_unlocked(struct lb_store *s, uint32_t uid, struct lb_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r = store_prepare(s, "DELETE FROM spares WHERE host_uid = ?1", &st, err);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int64(st, 1, uid);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_DONE)
+		return store_fail(s, rc, err, "removing the spare");
+	if (sqlite3_changes(s->db) != 1)
+		return lb_error_setx(err, ENOENT, "no spare holds uid %u", uid);
+	return 0;
+}
+
+int store_commit_row(struct lb_store *s, const char *name, int r, struct lb_store_sandbox *ret, struct lb_error *err)
+{
+	struct lb_store_sandbox sb;
+	if (r >= 0)
+		r = store_sandbox_get_unlocked(s, name, &sb, err);
+	if (r >= 0)
+		r = store_exec(s, "COMMIT", err);
+	if (r < 0) {
+		store_rollback(s);
+		return r;
+	}
+	if (ret)
+		*ret = sb;
+	return 0;
+}
+
 int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_store_spec *spec, const char *digest,
 			 int64_t now_ms, struct lb_store_sandbox *ret, bool *ret_created, struct lb_error *err)
 {
@@ -297,7 +328,7 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 	if (r == -ENOENT) {
 		lb_error_clear(err);
 		created = true;
-		r = insert_unlocked(s, name, spec, digest, now_ms, err);
+		r = insert_unlocked(s, name, spec, digest, now_ms, 0, err);
 	} else if (r >= 0) {
 		_cleanup_stmt_ sqlite3_stmt *st = NULL;
 		r = store_prepare(
@@ -313,18 +344,38 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 				r = store_fail(s, rc, err, "updating a sandbox");
 		}
 	}
-	if (r >= 0)
-		r = store_sandbox_get_unlocked(s, name, &sb, err);
-	if (r >= 0)
-		r = store_exec(s, "COMMIT", err);
-	if (r < 0) {
-		store_rollback(s);
+	if (store_commit_row(s, name, r, ret, err) < 0)
 		return lb_error_wrap(err, "storing sandbox %s", name);
-	}
-	if (ret)
-		*ret = sb;
 	if (ret_created)
 		*ret_created = created;
+	return 0;
+}
+
+int lb_store_sandbox_create_from_spare(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
+				       const char *digest, int64_t now_ms, uint32_t spare_uid,
+				       struct lb_store_sandbox *ret, struct lb_error *err)
+{
+	int r = check_spec(name, spec, digest, err);
+	if (r < 0)
+		return r;
+	if (spare_uid == 0)
+		return lb_error_setx(err, EINVAL, "creating sandbox %s from a spare: no uid", name);
+	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
+	r = store_exec(s, "BEGIN IMMEDIATE", err);
+	if (r < 0)
+		return lb_error_wrap(err, "creating sandbox %s from a spare", name);
+	struct lb_store_sandbox sb;
+	r = store_sandbox_get_unlocked(s, name, &sb, err);
+	if (r == 0)
+		r = lb_error_setx(err, EEXIST, "a sandbox named %s exists", name);
+	else if (r == -ENOENT) {
+		lb_error_clear(err);
+		r = store_spare_take_unlocked(s, spare_uid, err);
+	}
+	if (r >= 0)
+		r = insert_unlocked(s, name, spec, digest, now_ms, spare_uid, err);
+	if (store_commit_row(s, name, r, ret, err) < 0)
+		return lb_error_wrap(err, "creating sandbox %s from a spare", name);
 	return 0;
 }
 

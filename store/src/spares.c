@@ -47,17 +47,8 @@ int lb_store_spare_add(struct lb_store *s, int64_t now_ms, uint32_t *ret_uid, st
 int lb_store_spare_remove(struct lb_store *s, uint32_t uid, struct lb_error *err)
 {
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int r = store_prepare(s, "DELETE FROM spares WHERE host_uid = ?1", &st, err);
-	if (r < 0)
-		return r;
-	sqlite3_bind_int64(st, 1, uid);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		return store_fail(s, rc, err, "removing a spare");
-	if (sqlite3_changes(s->db) == 0)
-		return lb_error_setx(err, ENOENT, "removing a spare: no spare holds uid %u", uid);
-	return 0;
+	int r = store_spare_take_unlocked(s, uid, err);
+	return r < 0 ? lb_error_wrap(err, "removing a spare") : 0;
 }
 
 int lb_store_spare_list(struct lb_store *s, uint32_t **ret_uids, size_t *ret_n, struct lb_error *err)
@@ -97,18 +88,7 @@ int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_
 	int r = store_exec(s, "BEGIN IMMEDIATE", err);
 	if (r < 0)
 		return lb_error_wrap(err, "adopting a spare for %s", name);
-	{
-		_cleanup_stmt_ sqlite3_stmt *st = NULL;
-		r = store_prepare(s, "DELETE FROM spares WHERE host_uid = ?1", &st, err);
-		if (r >= 0) {
-			sqlite3_bind_int64(st, 1, spare_uid);
-			int rc = sqlite3_step(st);
-			if (rc != SQLITE_DONE)
-				r = store_fail(s, rc, err, "removing the spare");
-			else if (sqlite3_changes(s->db) != 1)
-				r = lb_error_setx(err, ENOENT, "no spare holds uid %u", spare_uid);
-		}
-	}
+	r = store_spare_take_unlocked(s, spare_uid, err);
 	if (r >= 0) {
 		_cleanup_stmt_ sqlite3_stmt *st = NULL;
 		r = store_prepare(s, "UPDATE sandboxes SET host_uid = ?2, host_gid = ?2 WHERE name = ?1", &st, err);
@@ -122,16 +102,7 @@ int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_
 				r = lb_error_setx(err, ENOENT, "no sandbox named %s", name);
 		}
 	}
-	struct lb_store_sandbox sb;
-	if (r >= 0)
-		r = store_sandbox_get_unlocked(s, name, &sb, err);
-	if (r >= 0)
-		r = store_exec(s, "COMMIT", err);
-	if (r < 0) {
-		store_rollback(s);
+	if (store_commit_row(s, name, r, ret, err) < 0)
 		return lb_error_wrap(err, "adopting a spare for %s", name);
-	}
-	if (ret)
-		*ret = sb;
 	return 0;
 }

@@ -84,6 +84,14 @@ int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *e
 int store_sandbox_get_unlocked(struct lb_store *s, const char *name, struct lb_store_sandbox *ret,
 			       struct lb_error *err);
 
+/* Removes the spares row holding uid, as its hand-over to a sandbox (store lock held, inside the caller's
+ * transaction). -ENOENT when no spare holds it. */
+int store_spare_take_unlocked(struct lb_store *s, uint32_t uid, struct lb_error *err);
+
+/* Ends the caller's transaction on sandbox `name`: when r >= 0, reads its row into *ret (may be NULL) and commits;
+ * otherwise, or when either fails, rolls back. Returns r, or the failure. */
+int store_commit_row(struct lb_store *s, const char *name, int r, struct lb_store_sandbox *ret, struct lb_error *err);
+
 /* Copies a text column into a bounded buffer (always NUL-terminated, cut at size-1). */
 void store_column_text(sqlite3_stmt *st, int col, char *dst, size_t size);
 

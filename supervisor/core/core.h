@@ -260,6 +260,13 @@ int lbd_spares_reconcile(struct lbd *d, struct lb_error *err);
  * true is returned. false: none matched (or the hand-over failed and that spare was discarded); start normally. */
 bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
 		      struct lb_sandbox **ret_live, uint32_t *ret_uid);
+/* Under the turn of sandbox `name`, which has no row yet: when a ready spare matches spec and digest as for
+ * lbd_spares_claim, the store creates the row holding the spare's uid in one commit
+ * (lb_store_sandbox_create_from_spare: no uid allocated, no second commit), *ret_row is that row, *ret_live the running
+ * spare, and true is returned. false: no row was made; create it and start normally, without lbd_spares_claim (this
+ * arrival is noted already). */
+bool lbd_spares_create(struct lbd *d, const char *name, const struct lb_store_spec *spec, const char *digest,
+		       int64_t now_ms, struct lb_store_sandbox *ret_row, struct lb_sandbox **ret_live);
 /* Spares ready now and the configured target, for health. */
 void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
 

@@ -315,14 +315,35 @@ static int check_host(const struct lbd *d, const struct lb_store_spec *spec, str
 	return 0;
 }
 
+/* A new sandbox's spare, when lbd_sandbox_ensure() already asked for one (lbd_spares_create). */
+struct spare_asked {
+	bool asked;		 /* start_locked() does not ask again */
+	struct lb_sandbox *live; /* the running spare the row's uid is now: NULL when none matched */
+};
+
+/* A spare that became the row's but will not start as it: stopped, and its empty storage removed (the row keeps the
+ * uid, owning nothing, as a new row does). */
+static void drop_spare(struct lbd *d, struct lb_sandbox *live, uint32_t host_uid)
+{
+	char storage[512];
+	lbd_storage_path(d, host_uid, storage, sizeof(storage));
+	lb_sandbox_stop(live, NULL);
+	lb_sandbox_destroy_storage(storage, NULL);
+}
+
 /* Under the turn: starts the sandbox described by row. pre (may be NULL): row's image, resolved by the caller an
- * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. */
+ * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. spare: the spare the caller made the row from
+ * (owned from the call on: it becomes the sandbox, or is dropped on failure), or that it asked for in vain. */
 static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
-			const struct lbd_image *pre, struct lbd_ensure_result *ret, struct lbd_fail *f)
+			const struct lbd_image *pre, const struct spare_asked *spare, struct lbd_ensure_result *ret,
+			struct lbd_fail *f)
 {
 	int r = check_host(d, &row->spec, f);
-	if (r < 0)
+	if (r < 0) {
+		if (spare->live)
+			drop_spare(d, spare->live, row->host_uid);
 		return r;
+	}
 	struct lbd_image img = { 0 };
 	struct lb_error err = { 0 };
 	struct lbd_image_pulled pulled = { 0 };
@@ -337,12 +358,16 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		ret->image_pull_ms += pulled.ms;
 	}
 	if (r < 0) {
+		if (spare->live)
+			drop_spare(d, spare->live, row->host_uid);
 		lbd_fail_set(f, 503, "image_unavailable", "The image %s is not available here: %s", row->spec.image,
 			     err.msg);
 		return r;
 	}
 	r = reserve_slot(d, sb, f);
 	if (r < 0) {
+		if (spare->live)
+			drop_spare(d, spare->live, row->host_uid);
 		lbd_image_release(&img);
 		return r;
 	}
@@ -354,12 +379,18 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	char lf[256];
 	struct stat st;
 	bool from_spare = false;
-	if (stat(storage, &st) < 0 && errno == ENOENT) {
+	uint32_t uid_now = row->host_uid; /* a claimed spare's uid becomes the row's */
+	if (spare->live) {
+		live = spare->live;
+		from_spare = true;
+		lbd_runner_key(row->host_uid, key);
+	} else if (!spare->asked && stat(storage, &st) < 0 && errno == ENOENT) {
 		/* It never had files (just created or recreated): a spare started ahead of time serves when it matches.
 		 */
 		uint32_t uid = 0;
 		if (lbd_spares_claim(d, sb->name, row, use->digest, &live, &uid)) {
 			from_spare = true;
+			uid_now = uid;
 			lbd_runner_key(uid, key);
 		}
 	}
@@ -409,10 +440,11 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		if (nsfd >= 0)
 			close(nsfd);
 		if (r < 0) {
-			lb_sandbox_stop(live, NULL);
 			release_slot(d);
 			if (from_spare) /* the uid is the row's now, with an empty storage that goes with the stop */
-				lb_sandbox_destroy_storage(storage, NULL);
+				drop_spare(d, live, uid_now);
+			else
+				lb_sandbox_stop(live, NULL);
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", nerr.msg);
 			lb_error(lf, "attaching the sandbox's network failed");
 			lbd_fail_set(f, 503, "host_unavailable", "The sandbox's network (%s) could not be set up: %s",
@@ -497,27 +529,34 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	char lf[256];
 	/* the image a new or recreated sandbox was checked with, handed to its start */
 	__attribute__((cleanup(image_releasep))) struct lbd_image img = { 0 };
+	struct spare_asked spare = { 0 };
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
 		if ((r = check_host(d, &req->spec, f)) < 0 || (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 			return r;
-		bool created = false;
-		r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, &created, &err);
-		if (r == -EUSERS) {
-			lbd_fail_set(f, 429, "capacity", "No host uid is left for a new sandbox (uid_range_count).");
-			return r;
+		/* To be started: made from a ready spare of its spec when there is one, its row and the spare's
+		 * hand-over in one commit. */
+		spare.asked = start;
+		if (!start ||
+		    !lbd_spares_create(d, sb->name, &req->spec, img.digest, lbd_now_ms(), &row, &spare.live)) {
+			r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, NULL, &err);
+			if (r == -EUSERS) {
+				lbd_fail_set(f, 429, "capacity",
+					     "No host uid is left for a new sandbox (uid_range_count).");
+				return r;
+			}
+			if (r < 0) {
+				lbd_fail_store(f, r, "Recording the sandbox", err.msg);
+				return r;
+			}
+			/* A storage directory under a uid no row held is what a crash between removing a row's storage
+			 * and the row left; nobody owns it, and the new sandbox must start empty. */
+			char storage[512];
+			lbd_storage_path(d, row.host_uid, storage, sizeof(storage));
+			struct stat st;
+			if (stat(storage, &st) == 0)
+				lb_sandbox_destroy_storage(storage, NULL);
 		}
-		if (r < 0) {
-			lbd_fail_store(f, r, "Recording the sandbox", err.msg);
-			return r;
-		}
-		/* A storage directory under a uid no row held is what a crash between removing a row's storage and the
-		 * row left; nobody owns it, and the new sandbox must start empty. */
-		char storage[512];
-		lbd_storage_path(d, row.host_uid, storage, sizeof(storage));
-		struct stat st;
-		if (stat(storage, &st) == 0)
-			lb_sandbox_destroy_storage(storage, NULL);
 		ret->created = true;
 		log_fields(lf, sizeof(lf), sb->name, "host_uid=%u image=%s network=%s", row.host_uid, row.spec.image,
 			   lb_tier_name(row.spec.network));
@@ -562,7 +601,7 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		}
 	}
 	if (start && !sb->live) {
-		r = start_locked(d, sb, &row, img.info ? &img : NULL, ret, f);
+		r = start_locked(d, sb, &row, img.info ? &img : NULL, &spare, ret, f);
 		if (r < 0)
 			return r;
 		ret->started = true;

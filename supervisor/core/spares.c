@@ -412,13 +412,14 @@ static bool note_asked_locked(struct lbd_spares *s, const struct lb_store_spec *
 	return true;
 }
 
-bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
-		      struct lb_sandbox **ret_live, uint32_t *ret_uid)
+/* Takes a ready spare of spec (disk 0: the default) at digest out of the pool, or NULL when none matches; either way
+ * the arrival of a new sandbox of that spec is noted (the pool's spec and size follow them). Never under mu. */
+static struct spare *take(struct lbd *d, const struct lb_store_spec *spec, const char *digest)
 {
 	struct lbd_spares *s = d->spares;
 	if (!s)
-		return false;
-	struct lb_store_spec asked = row->spec;
+		return NULL;
+	struct lb_store_spec asked = *spec;
 	if (!asked.disk_bytes)
 		asked.disk_bytes = d->cfg.default_disk_bytes;
 	pthread_mutex_lock(&s->mu);
@@ -443,18 +444,47 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 		pthread_cond_signal(&s->cv);
 	}
 	pthread_mutex_unlock(&s->mu);
+	return sp;
+}
+
+/* A spare whose hand-over to `name` failed in the store: logged and discarded (its uid is still the spare's). */
+static void hand_over_failed(struct lbd *d, struct spare *sp, const char *name, const struct lb_error *err)
+{
+	char lf[700];
+	snprintf(lf, sizeof(lf), "sandbox=%s error=\"%s\"", name, err->msg);
+	lb_error(lf, "handing a spare to the sandbox failed; starting one instead");
+	discard(d, sp, "hand-over failed");
+}
+
+bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_sandbox *row, const char *digest,
+		      struct lb_sandbox **ret_live, uint32_t *ret_uid)
+{
+	struct spare *sp = take(d, &row->spec, digest);
 	if (!sp)
 		return false;
 	struct lb_error err = { 0 };
 	if (lb_store_sandbox_adopt(d->store, name, sp->uid, NULL, &err) < 0) {
-		char lf[700];
-		snprintf(lf, sizeof(lf), "sandbox=%s error=\"%s\"", name, err.msg);
-		lb_error(lf, "handing a spare to the sandbox failed; starting one instead");
-		discard(d, sp, "hand-over failed");
+		hand_over_failed(d, sp, name, &err);
 		return false;
 	}
 	*ret_live = sp->live;
 	*ret_uid = sp->uid;
+	free(sp);
+	return true;
+}
+
+bool lbd_spares_create(struct lbd *d, const char *name, const struct lb_store_spec *spec, const char *digest,
+		       int64_t now_ms, struct lb_store_sandbox *ret_row, struct lb_sandbox **ret_live)
+{
+	struct spare *sp = take(d, spec, digest);
+	if (!sp)
+		return false;
+	struct lb_error err = { 0 };
+	if (lb_store_sandbox_create_from_spare(d->store, name, spec, NULL, now_ms, sp->uid, ret_row, &err) < 0) {
+		hand_over_failed(d, sp, name, &err);
+		return false;
+	}
+	*ret_live = sp->live;
 	free(sp);
 	return true;
 }

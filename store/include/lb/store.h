@@ -232,6 +232,13 @@ int lb_store_spare_list(struct lb_store *s, uint32_t **ret_uids, size_t *ret_n, 
  * owns no storage). -ENOENT when either is absent (nothing changed). *ret (may be NULL) is the row as stored. */
 int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_uid, struct lb_store_sandbox *ret,
 			   struct lb_error *err);
+/* Creates the stopped sandbox `name` (as lb_store_sandbox_put would) holding the spare's uid, in one transaction: the
+ * spare's row goes and no new uid is allocated, which makes a new sandbox served by a spare one commit instead of
+ * two. -EEXIST when a sandbox of that name exists, -ENOENT when no spare holds spare_uid (nothing changed either
+ * way). *ret (may be NULL) is the row as stored. */
+int lb_store_sandbox_create_from_spare(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
+				       const char *digest, int64_t now_ms, uint32_t spare_uid,
+				       struct lb_store_sandbox *ret, struct lb_error *err);
 
 /* Running sandboxes whose idle time is up (lb_store_stop_at_ms() <= now_ms), oldest first. Free with free(). */
 int lb_store_sandbox_due_stop(struct lb_store *s, int64_t now_ms, struct lb_store_sandbox **ret_list, size_t *ret_n,

@@ -438,6 +438,29 @@ static void uids_are_unique_and_exhaust(void **state)
 	assert_int_equal(lb_store_sandbox_get(f->s, "one-too-many", &sb, NULL), -ENOENT);
 }
 
+/* Two spares, at times 1 and 2. */
+static void two_spares(struct lb_store *s, uint32_t *a, uint32_t *b)
+{
+	struct lb_error err = { 0 };
+	assert_int_equal(lb_store_spare_add(s, 1, a, &err), 0);
+	assert_int_equal(lb_store_spare_add(s, 2, b, &err), 0);
+}
+
+/* The sandbox `name` holds uid and the only spare left holds spare. */
+static void holds_uid_and_one_spare_left(struct lb_store *s, const char *name, uint32_t uid, uint32_t spare)
+{
+	struct lb_error err = { 0 };
+	struct lb_store_sandbox sb;
+	assert_int_equal(lb_store_sandbox_get(s, name, &sb, &err), 0);
+	assert_int_equal(sb.host_uid, uid);
+	uint32_t *uids = NULL;
+	size_t n = 0;
+	assert_int_equal(lb_store_spare_list(s, &uids, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(uids[0], spare);
+	free(uids);
+}
+
 /* Spares hold uids the allocator skips; adoption moves a spare's uid to a sandbox in one step, and a failed
  * adoption changes nothing. */
 static void spares_hold_uids_and_adoption_moves_one(void **state)
@@ -445,8 +468,7 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 	struct fixture *f = *state; /* range 200000..200007 */
 	struct lb_error err = { 0 };
 	uint32_t a = 0, b = 0;
-	assert_int_equal(lb_store_spare_add(f->s, 1, &a, &err), 0);
-	assert_int_equal(lb_store_spare_add(f->s, 2, &b, &err), 0);
+	two_spares(f->s, &a, &b);
 	assert_int_not_equal(a, b);
 	struct lb_store_sandbox sb;
 	put(f->s, "conv", 3, &sb);
@@ -470,12 +492,7 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 	assert_int_equal(lb_store_sandbox_adopt(f->s, "conv", a, &sb, &err), 0);
 	assert_int_equal(sb.host_uid, a);
 	assert_int_equal(sb.host_gid, a);
-	assert_int_equal(lb_store_sandbox_get(f->s, "conv", &sb, &err), 0);
-	assert_int_equal(sb.host_uid, a);
-	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
-	assert_int_equal(n, 1);
-	assert_int_equal(uids[0], b);
-	free(uids);
+	holds_uid_and_one_spare_left(f->s, "conv", a, b);
 
 	/* the allocator never hands out b while the spare holds it: fill the range */
 	char name[16];
@@ -491,6 +508,51 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 	assert_int_equal(lb_store_spare_remove(f->s, b, &err), -ENOENT);
 	put(f->s, "last", 21, &sb);
 	assert_int_equal(sb.host_uid, b); /* the only one left */
+}
+
+/* A sandbox made from a spare: one commit creates its row holding the spare's uid, takes the spare away and leaves
+ * the uid cursor alone; a name that exists or a uid no spare holds changes nothing. */
+static void sandbox_created_from_a_spare_holds_its_uid(void **state)
+{
+	struct fixture *f = *state; /* range 200000..200007 */
+	struct lb_error err = { 0 };
+	uint32_t a = 0, b = 0;
+	two_spares(f->s, &a, &b);
+	struct lb_store_sandbox sb;
+	put(f->s, "taken", 3, &sb);
+	uint32_t taken_uid = sb.host_uid;
+	struct lb_store_spec sp = spec_of("img", "web");
+
+	/* a uid no spare holds (a sandbox's), an existing name, no uid: nothing changes */
+	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 4, taken_uid, NULL, &err),
+			 -ENOENT);
+	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "taken", &sp, NULL, 4, a, NULL, &err), -EEXIST);
+	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 4, 0, NULL, &err), -EINVAL);
+	assert_int_equal(lb_store_sandbox_get(f->s, "conv", &sb, NULL), -ENOENT);
+	uint32_t *uids = NULL;
+	size_t n = 0;
+	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(n, 2);
+	free(uids);
+
+	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 5, a, &sb, &err), 0);
+	assert_int_equal(sb.host_uid, a);
+	assert_int_equal(sb.host_gid, a);
+	assert_string_equal(sb.spec.image, "img");
+	assert_int_equal(sb.spec.network, LB_TIER_WEB);
+	assert_int_equal(sb.created_at_ms, 5);
+	assert_int_equal(sb.state, LB_SANDBOX_STOPPED);
+	holds_uid_and_one_spare_left(f->s, "conv", a, b);
+	/* the spare's uid is the sandbox's now: the allocator skips it as it skips every row's */
+	for (int i = 0; i < 5; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "s%d", i);
+		put(f->s, name, 10 + i, &sb);
+		assert_int_not_equal(sb.host_uid, a);
+		assert_int_not_equal(sb.host_uid, b);
+	}
+	/* and the same spare cannot be handed out twice */
+	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "again", &sp, NULL, 6, a, NULL, &err), -ENOENT);
 }
 
 static void freed_uid_is_reused_last(void **state)
@@ -889,6 +951,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(uids_are_unique_and_exhaust, setup, teardown),
 		cmocka_unit_test_setup_teardown(freed_uid_is_reused_last, setup, teardown),
 		cmocka_unit_test_setup_teardown(spares_hold_uids_and_adoption_moves_one, setup, teardown),
+		cmocka_unit_test_setup_teardown(sandbox_created_from_a_spare_holds_its_uid, setup, teardown),
 		cmocka_unit_test_setup_teardown(range_change_keeps_existing_uids, setup, teardown),
 		cmocka_unit_test(run_ids),
 		cmocka_unit_test_setup_teardown(ledger_order_and_limit, setup, teardown),
