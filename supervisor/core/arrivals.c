@@ -6,7 +6,8 @@
  * pool of one serves new conversations that come seconds apart, while a burst (several users opening conversations
  * at once, a client creating sandboxes in a loop) drains it and the rest start cold. The largest burst of the last
  * minute, counted over 5-second stretches, is what the next burst is expected to be: the pool grows to it at once
- * and shrinks back to `spare_sandboxes` a minute after the burst, bounded by `spare_sandboxes_max`.
+ * and shrinks back to `spare_sandboxes` a minute after the burst, bounded by `spare_sandboxes_max`. Also the wait
+ * before the next try after spares could not be made.
  *
  * Invariants: at most LBD_ARRIVALS_KEPT times are kept, so a peak is at most that; times from the future (a clock
  * never goes back, but a caller could pass an older now) count as in the window.
@@ -46,4 +47,12 @@ uint32_t lbd_arrivals_spares(uint32_t peak, uint32_t floor, uint32_t ceiling)
 	if (peak > ceiling)
 		peak = ceiling;
 	return peak > floor ? peak : floor;
+}
+
+uint64_t lbd_spares_retry_ms(uint32_t failures, uint64_t max_ms)
+{
+	uint64_t ms = 1000;
+	for (uint32_t i = 1; i < failures && ms < max_ms; i++)
+		ms *= 2;
+	return ms < max_ms ? ms : max_ms;
 }

@@ -1,5 +1,6 @@
 /*
- * arrivals.h — when new sandboxes arrived, and how many spares that calls for (arrivals.c).
+ * arrivals.h — when new sandboxes arrived, how many spares that calls for, and when to try again after a spare could
+ * not be made (arrivals.c).
  */
 #ifndef LBD_ARRIVALS_H
 #define LBD_ARRIVALS_H
@@ -24,5 +25,10 @@ uint32_t lbd_arrivals_peak(const struct lbd_arrivals *a, uint64_t now_ms, uint64
 /* The spares to keep: none when floor is 0 (spares are off), else the recent peak, never below floor and never above
  * ceiling (a ceiling below floor means no growth). */
 uint32_t lbd_arrivals_spares(uint32_t peak, uint32_t floor, uint32_t ceiling);
+
+/* How long to wait before the next try after `failures` spares in a row could not be made (1 or more): 1 s, doubling
+ * up to max_ms. A transient failure (a start that lost a race) costs new sandboxes a second of spares, a lasting one
+ * (an image gone bad) one try per max_ms. */
+uint64_t lbd_spares_retry_ms(uint32_t failures, uint64_t max_ms);
 
 #endif

@@ -40,8 +40,9 @@
 #include "arrivals.h"
 #include "core.h"
 
-/* After a failure to make a spare, the thread waits this long before trying again (and logs once per wait). */
-#define SPARE_RETRY_MS 30000
+/* After failures to make a spare, the thread waits 1 s, then twice as long after each further one, up to this
+ * (lbd_spares_retry_ms); it logs the first failure of a series and the one that ends it. */
+#define SPARE_RETRY_MAX_MS 30000
 /* How often the thread looks at the default image's digest even when nobody claimed anything. */
 #define SPARE_CHECK_MS 2000
 /* After a claim, the refill waits this long, so it does not compete for the CPU with the run that claimed. */
@@ -233,7 +234,7 @@ static void *spares_main(void *arg)
 	struct lbd *d = arg;
 	struct lbd_spares *s = d->spares;
 	uint64_t failed_mono = 0;
-	bool failing = false;
+	uint32_t failures = 0; /* in a row */
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
 		struct lb_store_spec want = s->want;
@@ -256,7 +257,7 @@ static void *spares_main(void *arg)
 			lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_SETTLE_MS - (now - s->claimed_mono));
 			continue;
 		}
-		bool retry_due = !failing || now - failed_mono >= SPARE_RETRY_MS;
+		bool retry_due = !failures || now - failed_mono >= lbd_spares_retry_ms(failures, SPARE_RETRY_MAX_MS);
 		uint32_t target = target_locked(d, s, now);
 		if (s->ready > target && s->list) {
 			/* The burst that grew the pool is over: one surplus spare goes per pass. */
@@ -275,15 +276,18 @@ static void *spares_main(void *arg)
 			struct spare *sp = make_one(d, &want, &err);
 			char lf[700];
 			if (!sp) {
-				if (!failing) {
-					snprintf(lf, sizeof(lf), "error=\"%s\" retry_s=%d", err.msg,
-						 SPARE_RETRY_MS / 1000);
+				if (!failures++) {
+					snprintf(lf, sizeof(lf), "error=\"%s\" retry_ms=%llu", err.msg,
+						 (unsigned long long)lbd_spares_retry_ms(1, SPARE_RETRY_MAX_MS));
 					lb_warn(lf, "making a spare sandbox failed");
 				}
-				failing = true;
 				failed_mono = lbd_mono_ms();
 			} else {
-				failing = false;
+				if (failures) {
+					snprintf(lf, sizeof(lf), "failures=%u", failures);
+					lb_info(lf, "making spare sandboxes works again");
+				}
+				failures = 0;
 				char key[LBD_RUNNER_KEY_MAX];
 				lbd_runner_key(sp->uid, key);
 				snprintf(lf, sizeof(lf), "runner=%s duration_ms=%llu", key,
@@ -298,7 +302,13 @@ static void *spares_main(void *arg)
 			}
 			continue;
 		}
-		lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_CHECK_MS);
+		uint64_t wait_ms = SPARE_CHECK_MS;
+		if (failures && s->ready < target) { /* wake for the next try, not the next check */
+			uint64_t due = failed_mono + lbd_spares_retry_ms(failures, SPARE_RETRY_MAX_MS);
+			if (due > now && due - now < wait_ms)
+				wait_ms = due - now;
+		}
+		lbd_cond_wait_ms(&s->cv, &s->mu, wait_ms);
 	}
 	pthread_mutex_unlock(&s->mu);
 	return NULL;

@@ -1,8 +1,8 @@
 """Spare sandboxes (supervisor/spares.c): lensboxd keeps `spare_sandboxes` sandboxes of the default spec started, and
 a new conversation's first run takes one instead of building a sandbox. Proven here: a spare is handed over (its
 uid becomes the sandbox's), it is empty and isolated like any other sandbox, a sandbox whose spec differs does not
-take one, the pool refills, it grows after a burst of new sandboxes and shrinks back (arrivals.c), and nothing of a
-spare outlives the daemon — neither a clean stop nor a SIGKILL and restart (reconciliation removes the last
+take one, the pool refills, it grows after a burst of new sandboxes and shrinks back (arrivals.c), a spare that
+could not be made is tried again within seconds, and nothing of a spare outlives the daemon — neither a clean stop nor a SIGKILL and restart (reconciliation removes the last
 instance's spares).
 
 Tests about something else than the pool's size fix it (`spare_sandboxes_max` = `spare_sandboxes`), so that a few
@@ -10,7 +10,9 @@ new sandboxes in a row do not grow it under their counts."""
 import os
 import sqlite3
 import subprocess
+import shutil
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -115,8 +117,8 @@ def test_the_pool_grows_after_a_burst_and_shrinks_back():
         assert any("spare=yes" in line for line in started_lines(d, first[0]))
         assert any("spare=no" in line for line in started_lines(d, first[2])), "one spare: the burst drained it"
         assert spares(d)["target"] == 3, spares(d)
-        # a spare that could not be made is tried again SPARE_RETRY_MS (30 s) later: the pool still grows, and the
-        # log says why it failed (seen once in CI, not reproduced since)
+        # a spare that could not be made is tried again 1 s later (doubling up to 30 s while it keeps failing): the
+        # pool still grows, and the log says why it failed
         assert wait_for(lambda: spares(d)["ready"] == 3, 45), (spares(d), spare_failures(d))
         assert len(spare_uids(d)) == 3
         second = [d.name(f"b2-{i}") for i in range(3)]
@@ -236,3 +238,35 @@ def test_nothing_of_a_spare_outlives_a_stop_or_a_crash():
         assert [e for e in os.listdir(os.path.join(d.state, "sandboxes"))] == []
     finally:
         d.cleanup()
+
+
+def test_a_spare_that_could_not_be_made_is_tried_again_within_seconds():
+    """No loop device to be had (tests/chaos/libloopfault.so answers LOOP_CTL_GET_FREE with ENOSPC while a flag file
+    exists), so no spare can be made: the log says why. Once loop devices are back, a spare is ready within seconds:
+    the thread tries again after 1 s, doubling up to 30 s while failures go on. It waited 30 s before, so one
+    transient failure (a start that lost a race) left every new sandbox for half a minute to a cold start."""
+    loopfault = os.path.join(BUILD_DIR, "tests", "chaos", "libloopfault.so")
+    assert os.path.isfile(loopfault), f"{loopfault} was not built (cmake --build the loopfault target)"
+    fdir = tempfile.mkdtemp(prefix="lb-loopfault-")
+    flag = os.path.join(fdir, "exhausted")
+    open(flag, "w").close()
+    env = {"LD_PRELOAD": loopfault, "LENSBOX_LOOPFAULT_FLAG": flag,
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+    try:
+        with Daemon(settings={"spare_sandboxes": "1", "spare_sandboxes_max": "1", "ready_storages": "0",
+                              "log_level": "debug"}, env=env) as d:
+            assert wait_for(lambda: spare_failures(d), 20), d.read_log()[-2000:]
+            assert "No space left on device" in spare_failures(d)[0], spare_failures(d)
+            assert os.path.getsize(flag + ".hits") > 0  # the fault was really met
+            assert spares(d)["ready"] == 0
+            os.unlink(flag)
+            t0 = time.monotonic()
+            assert wait_for(lambda: spares(d)["ready"] == 1, 10), (spares(d), spare_failures(d))
+            took = time.monotonic() - t0
+            assert took < 10, took
+            assert "making spare sandboxes works again" in d.read_log()
+            n = d.name("after")
+            d.ok_run(n, "pass")
+            assert any("spare=yes" in line for line in started_lines(d, n)), started_lines(d, n)
+    finally:
+        shutil.rmtree(fdir, ignore_errors=True)

@@ -71,6 +71,18 @@ static void the_pool_is_bounded(void **state)
 	assert_int_equal(lbd_arrivals_spares(UINT32_MAX, 2, 0), 2);
 }
 
+/* After failures to make a spare: 1 s, then doubling, never above the bound (nor overflowing for a long series). */
+static void retries_back_off_to_a_bound(void **state)
+{
+	(void)state;
+	assert_int_equal(lbd_spares_retry_ms(1, 30000), 1000);
+	assert_int_equal(lbd_spares_retry_ms(2, 30000), 2000);
+	assert_int_equal(lbd_spares_retry_ms(5, 30000), 16000);
+	assert_int_equal(lbd_spares_retry_ms(6, 30000), 30000);
+	assert_int_equal(lbd_spares_retry_ms(UINT32_MAX, 30000), 30000);
+	assert_int_equal(lbd_spares_retry_ms(3, 500), 500);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -78,6 +90,7 @@ int main(void)
 		cmocka_unit_test(a_burst_counts_and_spaced_arrivals_do_not),
 		cmocka_unit_test(only_the_newest_are_kept),
 		cmocka_unit_test(the_pool_is_bounded),
+		cmocka_unit_test(retries_back_off_to_a_bound),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
