@@ -184,19 +184,48 @@ int lb_store_sandbox_list(struct lb_store *s, enum lb_store_filter filter, enum 
 	return collect(s, st, ret_list, ret_n, err);
 }
 
+/* Whether uid is free: two lookups in the uid indexes (sandboxes.host_uid is UNIQUE, spares.host_uid its key). */
+static int uid_free(struct lb_store *s, int64_t uid, bool *ret_free, struct lb_error *err)
+{
+	_cleanup_stmt_ sqlite3_stmt *st = NULL;
+	int r = store_prepare(s,
+			      "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE host_uid = ?1) OR "
+			      "EXISTS (SELECT 1 FROM spares WHERE host_uid = ?1)",
+			      &st, err);
+	if (r < 0)
+		return r;
+	sqlite3_bind_int64(st, 1, uid);
+	int rc = sqlite3_step(st);
+	if (rc != SQLITE_ROW)
+		return store_fail(s, rc, err, "looking up a host uid");
+	*ret_free = sqlite3_column_int64(st, 0) == 0;
+	return 0;
+}
+
 /* Finds the first free uid in [from, end) (unlocked, inside the caller's transaction); 0 when there is none. */
 static int first_free_uid(struct lb_store *s, int64_t from, int64_t end, int64_t *ret_uid, struct lb_error *err)
 {
+	/* The cursor moves past every uid it hands out, so `from` is almost always free: two index lookups instead
+	 * of the scan below, which reads every row of both tables (0.2-0.8 ms for a handful of rows on caches a
+	 * program has just left cold). Same answer: `from` is the smallest candidate. */
+	bool free_ = false;
+	int r = from < end ? uid_free(s, from, &free_, err) : 0;
+	if (r < 0)
+		return r;
+	if (free_) {
+		*ret_uid = from;
+		return 0;
+	}
 	/* Candidates are `from` itself and every uid right after a used one; the smallest that no row holds is the
 	 * first gap at or after `from`. */
 	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int r = store_prepare(s,
-			      "WITH used(u) AS (SELECT host_uid FROM sandboxes UNION ALL SELECT host_uid FROM spares) "
-			      "SELECT MIN(c) FROM ("
-			      "  SELECT ?1 AS c UNION ALL"
-			      "  SELECT u + 1 FROM used WHERE u + 1 >= ?1 AND u + 1 < ?2"
-			      ") WHERE c < ?2 AND c NOT IN (SELECT u FROM used)",
-			      &st, err);
+	r = store_prepare(s,
+			  "WITH used(u) AS (SELECT host_uid FROM sandboxes UNION ALL SELECT host_uid FROM spares) "
+			  "SELECT MIN(c) FROM ("
+			  "  SELECT ?1 AS c UNION ALL"
+			  "  SELECT u + 1 FROM used WHERE u + 1 >= ?1 AND u + 1 < ?2"
+			  ") WHERE c < ?2 AND c NOT IN (SELECT u FROM used)",
+			  &st, err);
 	if (r < 0)
 		return r;
 	sqlite3_bind_int64(st, 1, from);

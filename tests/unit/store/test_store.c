@@ -589,6 +589,27 @@ static void freed_uid_is_reused_last(void **state)
 	assert_int_not_equal(e.host_uid, b.host_uid);
 }
 
+/* The cursor can come round to a uid a spare holds: the allocator must skip it as it skips a sandbox's. */
+static void cursor_on_a_spare_uid_is_skipped(void **state)
+{
+	struct fixture *f = *state; /* range 200000..200007 */
+	struct lb_error err = { 0 };
+	uint32_t spare = 0;
+	assert_int_equal(lb_store_spare_add(f->s, 1, &spare, &err), 0);
+	assert_int_equal(spare, 200000);
+	char name[16];
+	for (int i = 1; i < 8; i++) { /* 200001..200007: the cursor wraps to 200000, the spare's */
+		struct lb_store_sandbox x;
+		snprintf(name, sizeof(name), "s%d", i);
+		put(f->s, name, i, &x);
+		assert_int_equal(x.host_uid, 200000 + (uint32_t)i);
+	}
+	assert_int_equal(lb_store_sandbox_delete(f->s, "s3", NULL), 0);
+	struct lb_store_sandbox n;
+	put(f->s, "n", 20, &n);
+	assert_int_equal(n.host_uid, 200003);
+}
+
 static void range_change_keeps_existing_uids(void **state)
 {
 	struct fixture *f = *state;
@@ -952,6 +973,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(freed_uid_is_reused_last, setup, teardown),
 		cmocka_unit_test_setup_teardown(spares_hold_uids_and_adoption_moves_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(sandbox_created_from_a_spare_holds_its_uid, setup, teardown),
+		cmocka_unit_test_setup_teardown(cursor_on_a_spare_uid_is_skipped, setup, teardown),
 		cmocka_unit_test_setup_teardown(range_change_keeps_existing_uids, setup, teardown),
 		cmocka_unit_test(run_ids),
 		cmocka_unit_test_setup_teardown(ledger_order_and_limit, setup, teardown),
