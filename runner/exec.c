@@ -75,6 +75,9 @@
 #ifndef CLONE_INTO_CGROUP
 #define CLONE_INTO_CGROUP 0x200000000ULL /* Linux 5.7 */
 #endif
+#ifndef CLONE_CLEAR_SIGHAND
+#define CLONE_CLEAR_SIGHAND 0x100000000ULL /* Linux 5.5 */
+#endif
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
@@ -104,6 +107,7 @@ struct exec_plan {
 	bool pinned;		       /* C1 and C2 run on the caller's CPU (the caller's affinity is `cpus`) */
 	cpu_set_t cpus;		       /* the caller's affinity */
 	const cpu_set_t *sandbox_cpus; /* the program's affinity (cpus.c) */
+	uint64_t ignored;	       /* the caller's ignored signals (bit sig - 1), which C2 sets back to default */
 };
 
 static void strv_free(char **v)
@@ -264,27 +268,33 @@ LB_BORROWED_STACK static int c2_main(void *arg)
 	int rep = p->report_w;
 	if (setsid() < 0)
 		fail_child(rep, "setsid", errno);
-	/* The caller's signal mask and ignored signals must not leak into the program (SIG_IGN survives execve). */
-	sigset_t none;
-	sigemptyset(&none);
-	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, _NSIG / 8);
-	for (int sig = 1; sig < _NSIG; sig++) {
-		if (sig == SIGKILL || sig == SIGSTOP)
+	/* The caller's signal mask and ignored signals must not leak into the program (SIG_IGN survives execve). C1
+	 * was cloned with CLONE_CLEAR_SIGHAND, so no handler of the caller's is left here to run on its memory once
+	 * signals are unblocked; only what the caller ignores is still set, and goes back to the default. */
+	for (int sig = 1; sig < _NSIG && sig <= 64; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP || !(p->ignored & (UINT64_C(1) << (sig - 1))))
 			continue;
 		struct sigaction sa;
 		memset(&sa, 0, sizeof(sa));
 		sa.sa_handler = SIG_DFL;
 		(void)sigaction(sig, &sa, NULL);
 	}
+	sigset_t none;
+	sigemptyset(&none);
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, _NSIG / 8);
 	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (devnull < 0)
 		fail_child(rep, "opening /dev/null for stdin", errno);
 	if (dup2(devnull, 0) < 0 || dup2(p->out_w, 1) < 0 || dup2(p->err_w, 2) < 0)
 		fail_child(rep, "setting up stdio", errno);
 
+	/* Capabilities are numbered 0..CAP_LAST_CAP without gaps: the first EINVAL is past the last one. */
 	for (int cap = 0; cap < 64; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break;
 			fail_child(rep, "dropping the bounding set", errno);
+		}
 	/* Locked: no uid transition or file capability can ever give capabilities back. */
 	unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
 			     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
@@ -503,6 +513,24 @@ struct exec_run {
 	siginfo_t status;
 };
 
+/* The signals this process ignores, from SigIgn in /proc/self/status (dispositions are the process's, not a
+ * thread's); every signal when that cannot be read, so that C2 then resets them all as it always may. */
+static uint64_t ignored_signals(void)
+{
+	_cleanup_free_ char *s = NULL;
+	if (lb_read_file_at(AT_FDCWD, "/proc/self/status", 1 << 16, &s, NULL) < 0)
+		return UINT64_MAX;
+	const char *line = strstr(s, "\nSigIgn:");
+	if (!line)
+		return UINT64_MAX;
+	char *end = NULL;
+	errno = 0;
+	unsigned long long mask = strtoull(line + strlen("\nSigIgn:"), &end, 16);
+	if (errno || end == line + strlen("\nSigIgn:") || (*end != '\n' && *end != '\0'))
+		return UINT64_MAX;
+	return (uint64_t)mask;
+}
+
 /* The plan (argv, PATH candidates, environment, v1's `run` tasks files), the children's stacks, the output buffers
  * and the pipes: everything C1 and C2 use exists before the clone. */
 static int exec_prepare(struct lb_sandbox *sb, const struct lb_exec_spec *spec, size_t argc, struct exec_run *x,
@@ -522,6 +550,7 @@ static int exec_prepare(struct lb_sandbox *sb, const struct lb_exec_spec *spec, 
 		return r;
 	if (sb->cg->version == LB_CGROUP_V1 && (r = lb_cg_open_join(sb->cg, LB_CG_RUN, p->cg_fds, &p->n_cg, err)) < 0)
 		return r;
+	p->ignored = ignored_signals();
 	/* Two stacks, each above a guard page: an overflow faults instead of writing into the caller's memory. */
 	if (!(x->stacks = lb_stacks_map(2, CHILD_STACK, &x->stacks_len)))
 		return lb_error_set(err, errno, "exec: mapping the child stacks");
@@ -557,7 +586,9 @@ static pid_t exec_clone_c1(struct lb_sandbox *sb, struct exec_run *x)
 	}
 	struct clone_args ca;
 	memset(&ca, 0, sizeof(ca));
-	ca.flags = CLONE_VM | CLONE_VFORK;
+	/* CLONE_CLEAR_SIGHAND: C1 (and C2, its copy) start with every handled signal back to default, so none of the
+	 * caller's handlers can run on the memory they borrow. */
+	ca.flags = CLONE_VM | CLONE_VFORK | CLONE_CLEAR_SIGHAND;
 	ca.exit_signal = SIGCHLD;
 	ca.stack = (uint64_t)(uintptr_t)x->c1_stack_base;
 	ca.stack_size = CHILD_STACK;

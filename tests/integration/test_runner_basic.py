@@ -116,6 +116,16 @@ def test_process_state(env):
     assert "sys" in s["root_entries"] and "sandbox" in s["root_entries"]
 
 
+def test_ignored_signals_of_the_caller_never_reach_the_program(env):
+    """SIG_IGN survives execve: a caller that ignores signals (here the shell's trap, inherited by the tool) must
+    not hand that to the program, nor a blocked signal. The program's SigIgn and SigBlk are empty."""
+    r = env.run(["grep", "^Sig[IB]", "/proc/self/status"],
+                wrapper=("sh", "-c", 'trap "" PIPE USR1 HUP TERM; exec "$0" "$@"'))
+    assert r.rc == 0, (r.tool_stderr, r.get("error"))
+    sig = dict(line.split(":\t") for line in r["stdout"].splitlines())
+    assert sig == {"SigBlk": "0000000000000000", "SigIgn": "0000000000000000"}, sig
+
+
 def test_securebits_locked(env):
     # securebits from prctl(PR_GET_SECUREBITS) through ctypes: NOROOT|NO_SETUID_FIXUP|NO_CAP_AMBIENT_RAISE and the
     # locks of those three plus KEEP_CAPS_LOCKED.
