@@ -113,8 +113,11 @@ struct init_args {
  * ambient (no keep-caps), then no_new_privs and non-dumpable. */
 static int drop_everything(uint32_t uid, uint32_t gid, const char **step)
 {
+	/* Capabilities are numbered 0..CAP_LAST_CAP without gaps: the first EINVAL is past the last one. */
 	for (int cap = 0; cap < 64; cap++)
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break;
 			*step = "dropping the bounding set";
 			return -errno;
 		}

@@ -237,6 +237,13 @@ static void *spares_main(void *arg)
 	uint32_t failures = 0; /* in a row */
 	pthread_mutex_lock(&s->mu);
 	while (!s->stop) {
+		/* Right after a claim, nothing at all: not even the image's digest, whose read would run beside the
+		 * claiming sandbox's first run. */
+		uint64_t now = lbd_mono_ms();
+		if (now - s->claimed_mono < SPARE_SETTLE_MS) {
+			lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_SETTLE_MS - (now - s->claimed_mono));
+			continue;
+		}
 		struct lb_store_spec want = s->want;
 		pthread_mutex_unlock(&s->mu);
 		char digest[LB_STORE_DIGEST_MAX + 1];
@@ -252,11 +259,9 @@ static void *spares_main(void *arg)
 			stale = next;
 		}
 		pthread_mutex_lock(&s->mu);
-		uint64_t now = lbd_mono_ms();
-		if (now - s->claimed_mono < SPARE_SETTLE_MS) {
-			lbd_cond_wait_ms(&s->cv, &s->mu, SPARE_SETTLE_MS - (now - s->claimed_mono));
+		now = lbd_mono_ms();
+		if (now - s->claimed_mono < SPARE_SETTLE_MS) /* claimed while we looked */
 			continue;
-		}
 		bool retry_due = !failures || now - failed_mono >= lbd_spares_retry_ms(failures, SPARE_RETRY_MAX_MS);
 		uint32_t target = target_locked(d, s, now);
 		if (s->ready > target && s->list) {
