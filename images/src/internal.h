@@ -12,10 +12,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "lb/error.h"
 #include "lb/images.h"
+
+/* info.c: the parsed image.json of the last few images inspected, each with the stat of its file. */
+#define LBI_INFO_CACHE_SIZE 8
+struct lbi_info_entry {
+	char hex[65];
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim, ctim;
+	struct lb_image_info *info; /* NULL: an empty slot */
+};
+struct lbi_info_cache {
+	pthread_mutex_t mu;
+	struct lbi_info_entry e[LBI_INFO_CACHE_SIZE];
+	size_t next; /* the slot replaced next */
+};
 
 struct lb_images {
 	char *root;
@@ -23,6 +42,7 @@ struct lb_images {
 	struct lb_image_limits limits;
 	lb_image_watch_fn watch; /* lb_images_watch; NULL: none */
 	void *watch_ud;
+	struct lbi_info_cache info_cache;
 };
 
 /* Tells the watcher (if any); nonzero when it asks to cancel. */
@@ -93,6 +113,17 @@ int lbi_store_publish(struct lb_images *s, int layoutfd, const struct lbi_plan *
 		      struct lb_image_info **ret_info, struct lb_error *err);
 
 int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_info **ret);
+
+/* ---- info.c ---- */
+
+void lbi_info_cache_init(struct lbi_info_cache *c);
+void lbi_info_cache_free(struct lbi_info_cache *c);
+/* A copy of what was cached for images/<hex>/image.json while st is still that file's stat (*ret is the caller's,
+ * with no names); -ENOENT when nothing is, -ENOMEM. */
+int lbi_info_cache_get(struct lbi_info_cache *c, const char *hex, const struct stat *st, struct lb_image_info **ret);
+/* Keeps a copy of info (its names left out) for the file whose stat is st, in place of the oldest entry. */
+void lbi_info_cache_put(struct lbi_info_cache *c, const char *hex, const struct stat *st,
+			const struct lb_image_info *info);
 int lbi_make_tmp(struct lb_images *s, const char *prefix, char *ret_name, size_t size, struct lb_error *err);
 /* "<pid>-<tid>-<ns>": a name part no other thread or process uses at the same moment, for temporary files that are
  * renamed into place in directories several threads write at once (names/, layout/blobs). */

@@ -46,47 +46,6 @@ void lb_image_limits_default(struct lb_image_limits *l)
 	l->max_json_bytes = 4 << 20;
 }
 
-static void strv_free(char **v)
-{
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
-}
-
-void lb_image_info_free(struct lb_image_info *info)
-{
-	if (!info)
-		return;
-	free(info->rootfs);
-	free(info->architecture);
-	free(info->variant);
-	free(info->os);
-	free(info->working_dir);
-	strv_free(info->env);
-	strv_free(info->names);
-	free(info);
-}
-
-void lb_image_list_free(struct lb_image_info **list, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		lb_image_info_free(list[i]);
-	free(list);
-}
-
-const char *lb_image_info_warning(const struct lb_image_info *info)
-{
-	if (!info->has_python3 && !info->has_bash)
-		return "this image has neither python3 nor bash: run_python and run_bash will fail";
-	if (!info->has_python3)
-		return "this image has no python3: run_python will fail";
-	if (!info->has_bash)
-		return "this image has no bash: run_bash will fail";
-	return NULL;
-}
-
 const char *lb_images_root(const struct lb_images *s)
 {
 	return s->root;
@@ -147,6 +106,7 @@ int lb_images_open(const char *root, const struct lb_image_limits *limits, struc
 		}
 	}
 	remove_stale_tmp(s);
+	lbi_info_cache_init(&s->info_cache);
 	if (limits)
 		s->limits = *limits;
 	else
@@ -161,6 +121,7 @@ void lb_images_free(struct lb_images *s)
 		return;
 	if (s->rootfd >= 0)
 		close(s->rootfd);
+	lbi_info_cache_free(&s->info_cache);
 	free(s->root);
 	free(s);
 }
@@ -320,6 +281,33 @@ int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_in
 		lb_image_info_free(info);
 		return -ENOMEM;
 	}
+	*ret = info;
+	return 0;
+}
+
+/* image.json's content, from the cache while it is the same file (info_cache.c); the usage records are read again
+ * either way. *ret is the caller's, with no names. */
+static int read_info(struct lb_images *s, const char *hex, struct lb_image_info **ret)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "images/%s/image.json", hex);
+	struct stat st;
+	if (fstatat(s->rootfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	struct lb_image_info *info = NULL;
+	int r = lbi_info_cache_get(&s->info_cache, hex, &st, &info);
+	if (r == 0) {
+		lbi_usage_read(s, hex, info->imported_at, &info->pinned, &info->last_used);
+		*ret = info;
+		return 0;
+	}
+	if (r != -ENOENT)
+		return r;
+	if ((r = lbi_read_image_json(s, hex, &info)) < 0)
+		return r;
+	/* Keyed by the stat taken before the read: if the file was replaced in between, the next lookup sees another
+	 * file and reads it again, so a stale entry only costs a miss. */
+	lbi_info_cache_put(&s->info_cache, hex, &st, info);
 	*ret = info;
 	return 0;
 }
@@ -710,23 +698,35 @@ int lbi_resolve_ref(struct lb_images *s, const char *ref, char hex[65], char *re
 	return 0;
 }
 
-int lb_image_inspect(struct lb_images *s, const char *ref, struct lb_image_info **ret_info, struct lb_error *err)
+static int inspect(struct lb_images *s, const char *ref, bool names, struct lb_image_info **ret_info,
+		   struct lb_error *err)
 {
 	char hex[65];
 	int r = lbi_resolve_ref(s, ref, hex, NULL, 0, err);
 	if (r < 0)
 		return r;
 	struct lb_image_info *info = NULL;
-	r = lbi_read_image_json(s, hex, &info);
+	r = read_info(s, hex, &info);
 	if (r < 0)
 		return lb_error_set(err, r, "reading images/%s/image.json", hex);
-	r = collect_names(s, hex, info);
+	r = names ? collect_names(s, hex, info) : 0;
 	if (r < 0) {
 		lb_image_info_free(info);
 		return lb_error_set(err, r, "listing names");
 	}
 	*ret_info = info;
 	return 0;
+}
+
+int lb_image_inspect(struct lb_images *s, const char *ref, struct lb_image_info **ret_info, struct lb_error *err)
+{
+	return inspect(s, ref, true, ret_info, err);
+}
+
+int lb_image_inspect_content(struct lb_images *s, const char *ref, struct lb_image_info **ret_info,
+			     struct lb_error *err)
+{
+	return inspect(s, ref, false, ret_info, err);
 }
 
 int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t *ret_n, struct lb_error *err)
@@ -744,7 +744,7 @@ int lb_image_list(struct lb_images *s, struct lb_image_info ***ret_list, size_t 
 		if (strlen(de->d_name) != 64 || !image_present(s, de->d_name))
 			continue;
 		struct lb_image_info *info = NULL;
-		int r = lbi_read_image_json(s, de->d_name, &info);
+		int r = read_info(s, de->d_name, &info);
 		if (r == 0)
 			r = collect_names(s, de->d_name, info);
 		// NOLINTNEXTLINE(bugprone-sizeof-expression): list is an array of pointers

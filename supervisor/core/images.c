@@ -222,7 +222,7 @@ int lbd_image_get(struct lbd *d, const char *ref, bool pull, bool touch, struct 
 		return lb_error_setx(err, ENOENT, "the image store %s could not be opened", d->cfg.images_dir);
 	struct lb_image_info *info = NULL;
 	pthread_mutex_lock(&d->images_mu);
-	int r = lb_image_inspect(d->images, ref, &info, err);
+	int r = lb_image_inspect_content(d->images, ref, &info, err);
 	if (r == 0 && touch)
 		touch_locked(d, info->config_digest);
 	pthread_mutex_unlock(&d->images_mu);
@@ -238,7 +238,7 @@ int lbd_image_get(struct lbd *d, const char *ref, bool pull, bool touch, struct 
 			ret_pulled->ms = ms;
 		}
 		pthread_mutex_lock(&d->images_mu);
-		r = lb_image_inspect(d->images, ref, &info, err);
+		r = lb_image_inspect_content(d->images, ref, &info, err);
 		if (r == 0 && touch)
 			touch_locked(d, info->config_digest);
 		pthread_mutex_unlock(&d->images_mu);

@@ -130,6 +130,10 @@ int lb_image_import(struct lb_images *s, const char *path, const char *ref_name,
 /* Looks up a name (any form lb_image_ref_parse accepts), a "sha256:<config hex>" digest or a unique hex prefix of at
  * least 12 digits. -ENOENT when absent. */
 int lb_image_inspect(struct lb_images *s, const char *ref, struct lb_image_info **ret_info, struct lb_error *err);
+/* lb_image_inspect() without the names pointing at the image (names empty, n_names 0): what a sandbox is made from,
+ * without listing names/. */
+int lb_image_inspect_content(struct lb_images *s, const char *ref, struct lb_image_info **ret_info,
+			     struct lb_error *err);
 
 /* Every image in the store, names included. *ret_list is an array of *ret_n pointers; free with
  * lb_image_list_free(). */

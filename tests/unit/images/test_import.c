@@ -319,6 +319,52 @@ static void concurrent_names(void **state)
 	lb_images_free(s);
 }
 
+/* Inspecting reads image.json once and keeps what it parsed (info_cache.c): a second inspect gives the same info, with
+ * the usage records and names as they are now, and an image.json that is another file is read again. */
+static void inspect_keeps_up_with_the_store(void **state)
+{
+	(void)state;
+	const struct ent e[] = { BASE, { "c", 'f', "image c", 0644 } };
+	char layout[400], root[512];
+	make_layout("cache", e, 4, NULL, false, layout);
+	snprintf(root, sizeof(root), "%s/store-cache", tmpdir);
+	struct lb_images *s = NULL;
+	struct lb_error err = { 0 };
+	struct lb_image_info *imported = NULL, *a = NULL, *b = NULL, *c = NULL;
+	assert_int_equal(lb_images_open(root, NULL, &s, &err), 0);
+	assert_int_equal(lb_image_import(s, layout, NULL, "c:1", &imported, &err), 0);
+	assert_int_equal(lb_image_inspect(s, "c:1", &a, &err), 0);
+	assert_false(a->pinned);
+	/* usage and names change between two inspections of the same image.json */
+	assert_int_equal(lb_image_pin(s, "c:1", true, &err), 0);
+	assert_int_equal(lb_image_tag(s, "c:1", "c:2", &err), 0);
+	assert_int_equal(lb_image_inspect(s, "c:1", &b, &err), 0);
+	assert_true(b->pinned);
+	assert_int_equal(b->n_names, 2);
+	assert_string_equal(b->config_digest, a->config_digest);
+	assert_string_equal(b->working_dir, a->working_dir);
+	assert_string_equal(b->rootfs, a->rootfs);
+	assert_int_equal(b->n_env, a->n_env);
+	for (size_t i = 0; i < a->n_env; i++)
+		assert_string_equal(b->env[i], a->env[i]);
+	assert_int_equal(b->imported_at, a->imported_at);
+	/* a new image.json (another file, as a re-import makes) is read again */
+	char path[700], tmp[720], cmd[1600];
+	snprintf(path, sizeof(path), "%s/images/%s/image.json", root, a->config_digest + strlen("sha256:"));
+	snprintf(tmp, sizeof(tmp), "%s.new", path);
+	snprintf(cmd, sizeof(cmd), "sed 's|\"working_dir\": \"/sandbox\"|\"working_dir\": \"/elsewhere\"|' %s > %s",
+		 path, tmp);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(rename(tmp, path), 0);
+	assert_int_equal(lb_image_inspect(s, "c:1", &c, &err), 0);
+	assert_string_equal(c->working_dir, "/elsewhere");
+	lb_image_info_free(imported);
+	lb_image_info_free(a);
+	lb_image_info_free(b);
+	lb_image_info_free(c);
+	lb_images_free(s);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -343,6 +389,7 @@ int main(void)
 		cmocka_unit_test(good_image),
 		cmocka_unit_test(refusals),
 		cmocka_unit_test(concurrent_names),
+		cmocka_unit_test(inspect_keeps_up_with_the_store),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
