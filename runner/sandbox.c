@@ -52,6 +52,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +224,9 @@ LB_BORROWED_STACK static _Noreturn void init_main(const struct init_args *a)
 		lb_child_report(a->report_fd, 'N', 0, 0, NULL);
 	if (r == 0)
 		r = lb_rootfs_enter(a->plan, &step);
+	/* Our root is final: the parent builds the Landlock ruleset from it while we drop everything and exec. */
+	if (r == 0)
+		lb_child_report(a->report_fd, 'T', 0, 0, NULL);
 	if (r == 0)
 		r = drop_everything(a->uid, a->gid, &step);
 	if (r < 0) {
@@ -503,7 +507,8 @@ struct start {
 	int init_fd;
 	pid_t pid;
 	bool have_disk, have_root;
-	bool refill; /* a new storage: the pool's refill starts while the child builds the root */
+	bool refill;	     /* a new storage: the pool's refill starts while the child builds the root */
+	bool landlock_built; /* sb->landlock_fd (or no Landlock, ABI 0) is what the policy asks for */
 	uint64_t disk_bytes;
 	char pool[PATH_MAX];
 	struct lb_disk_ready *ready; /* the spec's, ours from the start's first step: placed, or freed unused */
@@ -756,6 +761,36 @@ static int start_storage(struct start *s, struct lb_error *err)
 	return give_storage_root(sb, spec, err);
 }
 
+/* One report of the child before lensbox-init runs: 1 when more are to come, 0 for lensbox-init's 'R', or the
+ * failed step's error. */
+static int take_report(struct start *s, const struct lb_child_report *rep, struct lb_error *err)
+{
+	struct lb_sandbox *sb = s->sb;
+	if (rep->kind == 'T' && !s->landlock_built) {
+		/* The child's root is final and no program of the sandbox has run yet: the rules' paths are resolved in
+		 * it now, while the child drops its privileges and execs lensbox-init. */
+		int r = lb_landlock_build(s->spec->policy, s->pid, &sb->landlock_fd, &sb->landlock_abi, err);
+		if (r < 0)
+			return r;
+		s->landlock_built = true;
+		return 1;
+	}
+	if (rep->kind == 'N' && s->have_root) {
+		/* The child has its own private copy of the skeleton's mount: the host's goes now, while the child
+		 * builds the root, rather than at stop. The empty mount point stays until stop: removing it now would
+		 * detach the child's copy too (a mount point removed in one namespace is unmounted in all). */
+		s->have_root = false;
+		int r = lb_rootfs_unmount(sb->state_dir, err);
+		return r < 0 ? r : 1;
+	}
+	if (rep->kind == 'R')
+		return 0;
+	char step[sizeof(rep->step)];
+	memcpy(step, rep->step, sizeof(step));
+	step[sizeof(step) - 1] = '\0';
+	return lb_error_set(err, rep->err, "building the sandbox: %s", step);
+}
+
 /* The end of step 5 and step 6 as the parent sees it: releases the child and reads its reports until it is ready;
  * once the child's mounts are private, the host's mount of the skeleton goes. */
 static int start_release_init(struct start *s, struct lb_error *err)
@@ -773,28 +808,50 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	 */
 	if (s->refill)
 		(void)lb_disk_pool_refill(s->pool, s->disk_bytes, s->spec->disk_pool_bound);
-	struct lb_child_report rep;
+	/* Until the child has exec'd: its reports, and the spawn thread's 'D' once the clone returned, which is when
+	 * the child's exec is past its point of no return (or the child is gone). lensbox-init's own 'R' comes ~0.4 ms
+	 * later on this host (the exec's tail): the first run need not wait for it. */
+	bool vforked = false;
 	for (;;) {
-		ssize_t n;
-		do
-			n = read(s->report[0], &rep, sizeof(rep));
-		while (n < 0 && errno == EINTR);
-		if (n != (ssize_t)sizeof(rep))
-			return lb_error_setx(err, EIO, "the sandbox's init died during setup");
-		if (rep.kind != 'N' || !s->have_root)
+		struct pollfd pf[2] = { { .fd = s->report[0], .events = POLLIN },
+					{ .fd = vforked ? -1 : s->release[1], .events = POLLIN } };
+		int pr = poll(pf, 2, vforked ? 0 : -1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return lb_error_set(err, errno, "waiting for the sandbox's init");
+		if (pf[0].revents) {
+			struct lb_child_report rep;
+			ssize_t n;
+			do
+				n = read(s->report[0], &rep, sizeof(rep));
+			while (n < 0 && errno == EINTR);
+			if (n != (ssize_t)sizeof(rep))
+				return lb_error_setx(err, EIO, "the sandbox's init died during setup");
+			int r = take_report(s, &rep, err);
+			if (r <= 0)
+				return r;
+			continue;
+		}
+		if (vforked) /* every report written before the exec is read */
 			break;
-		/* The child has its own private copy of the skeleton's mount: the host's goes now, while the child
-		 * builds the root, rather than at stop. The empty mount point stays until stop: removing it now would
-		 * detach the child's copy too (a mount point removed in one namespace is unmounted in all). */
-		s->have_root = false;
-		int r = lb_rootfs_unmount(sb->state_dir, err);
-		if (r < 0)
-			return r;
+		if (pf[1].revents) {
+			char c = 0;
+			ssize_t n;
+			do
+				n = read(s->release[1], &c, 1);
+			while (n < 0 && errno == EINTR);
+			if (n != 1 || c != 'D')
+				return lb_error_setx(err, EIO, "the sandbox's init died during setup");
+			vforked = true;
+		}
 	}
-	if (rep.kind != 'R') {
-		rep.step[sizeof(rep.step) - 1] = '\0';
-		return lb_error_set(err, rep.err, "building the sandbox: %s", rep.step);
-	}
+	/* Exec'd or exited: an exit would show on its pidfd by now (exit releases the memory before the clone
+	 * returns). Left for teardown to reap. */
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != 0)
+		return lb_error_setx(err, EIO, "the sandbox's init died during setup");
 	return 0;
 }
 
@@ -887,7 +944,8 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 	}
 	if ((r = start_release_init(&s, err)) < 0)
 		goto fail;
-	if ((r = lb_landlock_build(spec->policy, s.pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
+	if (!s.landlock_built &&
+	    (r = lb_landlock_build(spec->policy, s.pid, &sb->landlock_fd, &sb->landlock_abi, err)) < 0)
 		goto fail;
 
 	start_release(&s, true);
