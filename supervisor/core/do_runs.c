@@ -214,7 +214,11 @@ static int begin_run(struct lbd *d, const char *name, struct lbd_sandbox *sb, co
 	snprintf(o->run.sandbox, sizeof(o->run.sandbox), "%s", name);
 	snprintf(o->run.language, sizeof(o->run.language), "%s", rq->lang);
 	snprintf(res->log_fields, sizeof(res->log_fields), "run=%s", o->run.id);
-	lbd_sandbox_touch(d, sb);
+	/* A start just recorded its last use as now (lb_store_sandbox_started): one commit less for a new sandbox. */
+	if (o->er.started)
+		lbd_sandbox_note_use(d, sb);
+	else
+		lbd_sandbox_touch(d, sb);
 	return 0;
 }
 
