@@ -846,8 +846,10 @@ static int start_release_init(struct start *s, struct lb_error *err)
 			vforked = true;
 		}
 	}
-	/* Exec'd or exited: an exit would show on its pidfd by now (exit releases the memory before the clone
-	 * returns). Left for teardown to reap. */
+	/* Exec'd, or exiting: every failed step reports 'E' before its exit, so only a child killed by a signal gets
+	 * here without a report. One that is already gone shows on its pidfd (left for teardown to reap); one still
+	 * exiting (its memory is released before its exit is visible) leaves a sandbox whose first run fails, as a
+	 * sandbox whose init is killed later does. */
 	siginfo_t si;
 	memset(&si, 0, sizeof(si));
 	if (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != 0)
@@ -857,8 +859,8 @@ static int start_release_init(struct start *s, struct lb_error *err)
 
 /* What the start used to build the sandbox and the sandbox does not keep; a child not yet handed to the sandbox
  * (no pidfd) is killed and reaped. The spawn thread is joined first, as it may still write to the release pair: on
- * success the child has exec'd (lensbox-init answered), so it is done or about to be; after a failure the child is
- * killed first (teardown() reaps it). */
+ * success the child's exec is past its point of no return, so the thread is done or about to be; after a failure the
+ * child is killed first (teardown() reaps it). */
 static void start_release(struct start *s, bool ok)
 {
 	struct init_spawn *sp = &s->spawn;
