@@ -961,6 +961,13 @@ fail:
 	return r;
 }
 
+bool lb_sandbox_init_exited(const struct lb_sandbox *sb)
+{
+	/* A pidfd reads as ready once its process has exited. */
+	struct pollfd pf = { .fd = sb->init_pidfd, .events = POLLIN };
+	return sb->init_pidfd >= 0 && poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN);
+}
+
 int lb_sandbox_netns_fd(const struct lb_sandbox *sb)
 {
 	char path[64];

@@ -600,6 +600,13 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 			}
 		}
 	}
+	if (start && sb->live && lb_sandbox_init_exited(sb->live)) {
+		/* Its init was killed from outside: nothing could run in it any more ("Opening the sandbox's root
+		 * failed", every time). Stopped as by its idle timer and started again below, its files kept. */
+		log_fields(lf, sizeof(lf), sb->name, NULL);
+		lb_warn(lf, "the sandbox's init is gone; starting the sandbox again");
+		stop_locked(d, sb, "init_gone");
+	}
 	if (start && !sb->live) {
 		r = start_locked(d, sb, &row, img.info ? &img : NULL, &spare, ret, f);
 		if (r < 0)

@@ -193,3 +193,35 @@ def test_detached_children_are_dead_when_the_client_went_away(d):
     assert run["message"] == "stopped: the client went away before the run ended", run
     assert "client_gone=1" in d.read_log()
     assert d.ok_run(n, "print('again')")["stdout"] == "again\n"
+
+
+def init_pid(host_uid):
+    """The host pid of the sandbox's live init: its process of host_uid that is pid 1 in its own namespace (a killed
+    init stays a zombie until lensboxd reaps it, at the sandbox's stop)."""
+    for st in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(st) as f:
+                fields = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except (OSError, ValueError):
+            continue
+        if (int(fields["Uid"].split()[0]) == host_uid and fields["NSpid"].split()[-1] == "1"
+                and fields["State"][0] not in "ZX"):
+            return int(st.split("/")[2])
+    return None
+
+
+def test_a_sandbox_whose_init_was_killed_starts_again_with_its_files(d):
+    """An init killed from outside (the host's root, here) left the sandbox unable to run anything ("Opening the
+    sandbox's root failed", 500, at every run). The next run notices, stops the sandbox and starts it again; its files
+    are still there, and the log says why."""
+    name = d.name("init-killed")
+    d.ok_run(name, "open('/sandbox/keep.txt', 'w').write('kept')")
+    uid = host_uid(d, name)
+    pid = init_pid(uid)
+    assert pid, "no init found for the sandbox"
+    os.kill(pid, 9)
+    assert wait_for(lambda: init_pid(uid) is None, 10)
+    out = d.ok_run(name, "print(open('/sandbox/keep.txt').read())")
+    assert out["stdout"] == "kept\n", out
+    assert init_pid(uid) not in (None, pid)
+    assert "the sandbox's init is gone" in d.read_log()

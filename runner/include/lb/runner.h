@@ -126,6 +126,9 @@ int lb_sandbox_start(const struct lb_sandbox_spec *spec, struct lb_sandbox **ret
 
 /* The sandbox's network namespace (a new fd the caller closes) for netfilter/ to plug a veth into. */
 int lb_sandbox_netns_fd(const struct lb_sandbox *sb);
+/* Whether the sandbox's init has exited. It never does by itself: it was killed from outside (the host's root, or
+ * the OOM killer despite its -1000), and the sandbox cannot run anything until it is stopped and started again. */
+bool lb_sandbox_init_exited(const struct lb_sandbox *sb);
 pid_t lb_sandbox_init_pid(const struct lb_sandbox *sb);
 int lb_sandbox_landlock_abi(const struct lb_sandbox *sb); /* ABI enforced on programs */
 enum lb_cgroup_version lb_sandbox_cgroup_version(const struct lb_sandbox *sb);
