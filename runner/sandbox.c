@@ -848,8 +848,8 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	}
 	/* Exec'd, or exiting: every failed step reports 'E' before its exit, so only a child killed by a signal gets
 	 * here without a report. One that is already gone shows on its pidfd (left for teardown to reap); one still
-	 * exiting (its memory is released before its exit is visible) leaves a sandbox whose first run fails, as a
-	 * sandbox whose init is killed later does. */
+	 * exiting (its memory is released before its exit is visible) is an init killed from outside, as one killed
+	 * later: lb_sandbox_init_exited() tells the caller, whose next use starts the sandbox again (lensboxd). */
 	siginfo_t si;
 	memset(&si, 0, sizeof(si));
 	if (waitid((idtype_t)P_PIDFD, (id_t)sb->init_pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != 0)
