@@ -39,6 +39,7 @@
 #include <linux/close_range.h>
 #include <linux/sched.h>
 #include <net/if.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -52,7 +53,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -285,7 +285,7 @@ int lbi_read_image_json(struct lb_images *s, const char *hex, struct lb_image_in
 	return 0;
 }
 
-/* image.json's content, from the cache while it is the same file (info_cache.c); the usage records are read again
+/* image.json's content, from the cache while it is the same file (info.c); the usage records are read again
  * either way. *ret is the caller's, with no names. */
 static int read_info(struct lb_images *s, const char *hex, struct lb_image_info **ret)
 {
