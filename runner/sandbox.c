@@ -808,6 +808,12 @@ static int start_release_init(struct start *s, struct lb_error *err)
 	 */
 	if (s->refill)
 		(void)lb_disk_pool_refill(s->pool, s->disk_bytes, s->spec->disk_pool_bound);
+	/* The caller's work, in the same wait. A failure leaves the child to start_release(), as any failed step. */
+	if (s->spec->while_building) {
+		int r = s->spec->while_building(s->spec->while_building_arg, err);
+		if (r < 0)
+			return r;
+	}
 	/* Until the child has exec'd: its reports, and the spawn thread's 'D' once the clone returned, which is when
 	 * the child's exec is past its point of no return (or the child is gone). lensbox-init's own 'R' comes ~0.4 ms
 	 * later on this host (the exec's tail): the first run need not wait for it. */

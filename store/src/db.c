@@ -121,6 +121,12 @@ static const char *const MIGRATIONS[] = {
 	"  host_uid INTEGER PRIMARY KEY NOT NULL CHECK (host_uid > 0),"
 	"  created_at_ms INTEGER NOT NULL"
 	");",
+	/* 4 -> 5: host uids reserved for the next new sandboxes that get no spare (supervisor/core/reserved.c), so that
+	 * such a sandbox starts under its uid while the commit that creates its row runs; taken as the spares' are. */
+	"CREATE TABLE reserved_uids ("
+	"  host_uid INTEGER PRIMARY KEY NOT NULL CHECK (host_uid > 0),"
+	"  reserved_at_ms INTEGER NOT NULL"
+	");",
 };
 
 int lb_store_schema_latest(void)

@@ -1,20 +1,9 @@
 /*
- * sandboxes.c — the sandboxes table: one row per sandbox lensboxd owns, its spec, its host uid, its state and times,
- * and the queries the supervisor's timers ask (who is idle, who is due for deletion, when to wake up next).
+ * sandboxes.c — the sandboxes table: one row per sandbox lensboxd owns, its spec, its host uid, its state and times;
+ * a row created from a held uid (a spare's or a reserved one, uids.c) and a spare's adoption; and the queries the
+ * supervisor's timers ask (who is idle, who is due for deletion, when to wake up next).
  *
  * Runs in lensboxd (root), from any thread; every function holds the store lock for its whole duration.
- *
- * Host uid allocation
- * -------------------
- * The range is [uid_base, uid_base + uid_count). meta('next_uid') remembers where the last allocation stopped; the
- * next one takes the first uid at or after it that no row (of sandboxes or spares) holds, wrapping once to uid_base:
- *
- *     uid_base        next_uid                          uid_base + uid_count
- *        |  used  free  | used used FREE <- taken here ...  |
- *
- * so a uid freed by a deletion is handed out again only after every other free uid was. host_uid is UNIQUE in the
- * table, so even a bug in this walk could not give two live rows the same uid: the insert would fail. Both the
- * search and the insert happen inside one BEGIN IMMEDIATE transaction.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -184,107 +173,10 @@ int lb_store_sandbox_list(struct lb_store *s, enum lb_store_filter filter, enum 
 	return collect(s, st, ret_list, ret_n, err);
 }
 
-/* Whether uid is free: two lookups in the uid indexes (sandboxes.host_uid is UNIQUE, spares.host_uid its key). */
-static int uid_free(struct lb_store *s, int64_t uid, bool *ret_free, struct lb_error *err)
-{
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int r = store_prepare(s,
-			      "SELECT EXISTS (SELECT 1 FROM sandboxes WHERE host_uid = ?1) OR "
-			      "EXISTS (SELECT 1 FROM spares WHERE host_uid = ?1)",
-			      &st, err);
-	if (r < 0)
-		return r;
-	sqlite3_bind_int64(st, 1, uid);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW)
-		return store_fail(s, rc, err, "looking up a host uid");
-	*ret_free = sqlite3_column_int64(st, 0) == 0;
-	return 0;
-}
-
-/* Finds the first free uid in [from, end) (unlocked, inside the caller's transaction); 0 when there is none. */
-static int first_free_uid(struct lb_store *s, int64_t from, int64_t end, int64_t *ret_uid, struct lb_error *err)
-{
-	/* The cursor moves past every uid it hands out, so `from` is almost always free: two index lookups instead
-	 * of the scan below, which reads every row of both tables (0.2-0.8 ms for a handful of rows on caches a
-	 * program has just left cold). Same answer: `from` is the smallest candidate. */
-	bool free_ = false;
-	int r = from < end ? uid_free(s, from, &free_, err) : 0;
-	if (r < 0)
-		return r;
-	if (free_) {
-		*ret_uid = from;
-		return 0;
-	}
-	/* Candidates are `from` itself and every uid right after a used one; the smallest that no row holds is the
-	 * first gap at or after `from`. */
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	r = store_prepare(s,
-			  "WITH used(u) AS (SELECT host_uid FROM sandboxes UNION ALL SELECT host_uid FROM spares) "
-			  "SELECT MIN(c) FROM ("
-			  "  SELECT ?1 AS c UNION ALL"
-			  "  SELECT u + 1 FROM used WHERE u + 1 >= ?1 AND u + 1 < ?2"
-			  ") WHERE c < ?2 AND c NOT IN (SELECT u FROM used)",
-			  &st, err);
-	if (r < 0)
-		return r;
-	sqlite3_bind_int64(st, 1, from);
-	sqlite3_bind_int64(st, 2, end);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_ROW)
-		return store_fail(s, rc, err, "looking for a free host uid");
-	*ret_uid = sqlite3_column_type(st, 0) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 0);
-	return 0;
-}
-
-int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *err)
-{
-	int64_t base = s->uid_base, end = (int64_t)s->uid_base + s->uid_count, next = base;
-	{
-		_cleanup_stmt_ sqlite3_stmt *st = NULL;
-		int r = store_prepare(s, "SELECT value FROM meta WHERE key = 'next_uid'", &st, err);
-		if (r < 0)
-			return r;
-		int rc = sqlite3_step(st);
-		if (rc == SQLITE_ROW)
-			next = sqlite3_column_int64(st, 0);
-		else if (rc != SQLITE_DONE)
-			return store_fail(s, rc, err, "reading the uid cursor");
-	}
-	if (next < base || next >= end) /* first use, or the configured range changed */
-		next = base;
-
-	int64_t uid = 0;
-	int r = first_free_uid(s, next, end, &uid, err);
-	if (r >= 0 && uid == 0 && next > base)
-		r = first_free_uid(s, base, next, &uid, err);
-	if (r < 0)
-		return r;
-	if (uid == 0)
-		return lb_error_setx(
-		    err, EUSERS,
-		    "every host uid in the range %u-%u is taken by a sandbox: delete sandboxes or widen "
-		    "the range",
-		    s->uid_base, (uint32_t)(end - 1));
-
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	r = store_prepare(s,
-			  "INSERT INTO meta (key, value) VALUES ('next_uid', ?) "
-			  "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-			  &st, err);
-	if (r < 0)
-		return r;
-	sqlite3_bind_int64(st, 1, uid + 1 >= end ? base : uid + 1);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		return store_fail(s, rc, err, "saving the uid cursor");
-	*ret_uid = (uint32_t)uid;
-	return 0;
-}
-
-/* Inserts a stopped sandbox holding uid, or a newly allocated uid when uid is 0. */
+/* Inserts a sandbox holding uid, or a newly allocated uid when uid is 0: stopped, or running when started (as
+ * lb_store_sandbox_started() would record it). */
 static int insert_unlocked(struct lb_store *s, const char *name, const struct lb_store_spec *spec, const char *digest,
-			   int64_t now_ms, uint32_t uid, struct lb_error *err)
+			   int64_t now_ms, uint32_t uid, bool started, struct lb_error *err)
 {
 	int r = uid ? 0 : store_allocate_uid(s, &uid, err);
 	if (r < 0)
@@ -294,8 +186,7 @@ static int insert_unlocked(struct lb_store *s, const char *name, const struct lb
 	    s,
 	    "INSERT INTO sandboxes (name, image, image_digest, network, cpu_millicores, memory_bytes, "
 	    "disk_bytes, idle_seconds, keep_seconds, host_uid, host_gid, state, created_at_ms, "
-	    "last_used_at_ms, runs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, 'stopped', ?11, "
-	    "?11, 0)",
+	    "last_used_at_ms, runs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?12, ?11, ?11, 0)",
 	    &st, err);
 	if (r < 0)
 		return r;
@@ -303,28 +194,16 @@ static int insert_unlocked(struct lb_store *s, const char *name, const struct lb
 	bind_spec(st, 2, spec, digest);
 	sqlite3_bind_int64(st, 10, uid);
 	sqlite3_bind_int64(st, 11, now_ms);
+	sqlite3_bind_text(st, 12, started ? "running" : "stopped", -1, SQLITE_STATIC);
 	int rc = sqlite3_step(st);
 	if (rc != SQLITE_DONE)
 		return store_fail(s, rc, err, "inserting a sandbox");
 	return 0;
 }
 
-int store_spare_take_unlocked(struct lb_store *s, uint32_t uid, struct lb_error *err)
-{
-	_cleanup_stmt_ sqlite3_stmt *st = NULL;
-	int r = store_prepare(s, "DELETE FROM spares WHERE host_uid = ?1", &st, err);
-	if (r < 0)
-		return r;
-	sqlite3_bind_int64(st, 1, uid);
-	int rc = sqlite3_step(st);
-	if (rc != SQLITE_DONE)
-		return store_fail(s, rc, err, "removing the spare");
-	if (sqlite3_changes(s->db) != 1)
-		return lb_error_setx(err, ENOENT, "no spare holds uid %u", uid);
-	return 0;
-}
-
-int store_commit_row(struct lb_store *s, const char *name, int r, struct lb_store_sandbox *ret, struct lb_error *err)
+/* Ends the caller's transaction on sandbox `name`: when r >= 0, reads its row into *ret (may be NULL) and commits;
+ * otherwise, or when either fails, rolls back. Returns r, or the failure. */
+static int commit_row(struct lb_store *s, const char *name, int r, struct lb_store_sandbox *ret, struct lb_error *err)
 {
 	struct lb_store_sandbox sb;
 	if (r >= 0)
@@ -357,7 +236,7 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 	if (r == -ENOENT) {
 		lb_error_clear(err);
 		created = true;
-		r = insert_unlocked(s, name, spec, digest, now_ms, 0, err);
+		r = insert_unlocked(s, name, spec, digest, now_ms, 0, false, err);
 	} else if (r >= 0) {
 		_cleanup_stmt_ sqlite3_stmt *st = NULL;
 		r = store_prepare(
@@ -373,38 +252,80 @@ int lb_store_sandbox_put(struct lb_store *s, const char *name, const struct lb_s
 				r = store_fail(s, rc, err, "updating a sandbox");
 		}
 	}
-	if (store_commit_row(s, name, r, ret, err) < 0)
+	if (commit_row(s, name, r, ret, err) < 0)
 		return lb_error_wrap(err, "storing sandbox %s", name);
 	if (ret_created)
 		*ret_created = created;
 	return 0;
 }
 
-int lb_store_sandbox_create_from_spare(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
-				       const char *digest, int64_t now_ms, uint32_t spare_uid,
-				       struct lb_store_sandbox *ret, struct lb_error *err)
+int lb_store_sandbox_create_held(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
+				 const char *digest, int64_t now_ms, const struct lb_store_from_held *from,
+				 struct lb_store_sandbox *ret, uint32_t *ret_next_uid, struct lb_error *err)
 {
 	int r = check_spec(name, spec, digest, err);
 	if (r < 0)
 		return r;
-	if (spare_uid == 0)
-		return lb_error_setx(err, EINVAL, "creating sandbox %s from a spare: no uid", name);
+	if (from->uid == 0)
+		return lb_error_setx(err, EINVAL, "creating sandbox %s from a held uid: no uid", name);
+	if (from->started && !store_bounded(digest, LB_STORE_DIGEST_MAX))
+		return lb_error_setx(err, EINVAL, "creating sandbox %s as started: the image digest is missing", name);
 	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
 	r = store_exec(s, "BEGIN IMMEDIATE", err);
 	if (r < 0)
-		return lb_error_wrap(err, "creating sandbox %s from a spare", name);
+		return lb_error_wrap(err, "creating sandbox %s", name);
 	struct lb_store_sandbox sb;
 	r = store_sandbox_get_unlocked(s, name, &sb, err);
 	if (r == 0)
 		r = lb_error_setx(err, EEXIST, "a sandbox named %s exists", name);
 	else if (r == -ENOENT) {
 		lb_error_clear(err);
-		r = store_spare_take_unlocked(s, spare_uid, err);
+		r = store_held_take_unlocked(s, from->holder, from->uid, err);
 	}
 	if (r >= 0)
-		r = insert_unlocked(s, name, spec, digest, now_ms, spare_uid, err);
-	if (store_commit_row(s, name, r, ret, err) < 0)
-		return lb_error_wrap(err, "creating sandbox %s from a spare", name);
+		r = insert_unlocked(s, name, spec, digest, now_ms, from->uid, from->started, err);
+	uint32_t next = 0;
+	if (r >= 0 && from->reserve_next) {
+		/* No uid left for the next one is no reason to refuse this one: it already holds its own. */
+		struct lb_error e = { 0 };
+		int rn = store_held_add_unlocked(s, LB_STORE_RESERVED, now_ms, &next, &e);
+		if (rn < 0 && rn != -EUSERS) {
+			*err = e;
+			r = rn;
+		}
+	}
+	if (commit_row(s, name, r, ret, err) < 0)
+		return lb_error_wrap(err, "creating sandbox %s", name);
+	if (ret_next_uid)
+		*ret_next_uid = next;
+	return 0;
+}
+
+int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_uid, struct lb_store_sandbox *ret,
+			   struct lb_error *err)
+{
+	if (!lb_store_name_valid(name))
+		return lb_error_setx(err, ENOENT, "adopting a spare: the sandbox name is not valid");
+	_cleanup_unlock_ struct lb_store *locked = store_lock(s);
+	int r = store_exec(s, "BEGIN IMMEDIATE", err);
+	if (r < 0)
+		return lb_error_wrap(err, "adopting a spare for %s", name);
+	r = store_held_take_unlocked(s, LB_STORE_SPARE, spare_uid, err);
+	if (r >= 0) {
+		_cleanup_stmt_ sqlite3_stmt *st = NULL;
+		r = store_prepare(s, "UPDATE sandboxes SET host_uid = ?2, host_gid = ?2 WHERE name = ?1", &st, err);
+		if (r >= 0) {
+			sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+			sqlite3_bind_int64(st, 2, spare_uid);
+			int rc = sqlite3_step(st);
+			if (rc != SQLITE_DONE)
+				r = store_fail(s, rc, err, "moving the spare's uid to the sandbox");
+			else if (sqlite3_changes(s->db) != 1)
+				r = lb_error_setx(err, ENOENT, "no sandbox named %s", name);
+		}
+	}
+	if (commit_row(s, name, r, ret, err) < 0)
+		return lb_error_wrap(err, "adopting a spare for %s", name);
 	return 0;
 }
 

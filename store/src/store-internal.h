@@ -76,21 +76,21 @@ int store_exec(struct lb_store *s, const char *sql, struct lb_error *err);
 /* Rolls back an open transaction, ignoring failure (used on error paths only). */
 void store_rollback(struct lb_store *s);
 
-/* Picks the next free host uid (sandboxes.c's walk) and advances the cursor; inside the caller's transaction.
- * -ENOSPC when every uid of the range is held by a sandbox or a spare. */
+/* Picks the next free host uid (uids.c's walk) and advances the cursor; inside the caller's transaction.
+ * -EUSERS when every uid of the range is held by a sandbox, a spare or a reservation. */
 int store_allocate_uid(struct lb_store *s, uint32_t *ret_uid, struct lb_error *err);
 
 /* Reads one sandboxes row (store lock held). -ENOENT when absent. */
 int store_sandbox_get_unlocked(struct lb_store *s, const char *name, struct lb_store_sandbox *ret,
 			       struct lb_error *err);
 
-/* Removes the spares row holding uid, as its hand-over to a sandbox (store lock held, inside the caller's
- * transaction). -ENOENT when no spare holds it. */
-int store_spare_take_unlocked(struct lb_store *s, uint32_t uid, struct lb_error *err);
-
-/* Ends the caller's transaction on sandbox `name`: when r >= 0, reads its row into *ret (may be NULL) and commits;
- * otherwise, or when either fails, rolls back. Returns r, or the failure. */
-int store_commit_row(struct lb_store *s, const char *name, int r, struct lb_store_sandbox *ret, struct lb_error *err);
+/* Allocates a uid and records h as its holder (store lock held, inside the caller's transaction). -EUSERS when no
+ * uid is free. */
+int store_held_add_unlocked(struct lb_store *s, enum lb_store_holder h, int64_t now_ms, uint32_t *ret_uid,
+			    struct lb_error *err);
+/* Removes h's row holding uid, as its hand-over to a sandbox or its release (store lock held, inside the caller's
+ * transaction). -ENOENT when h holds no such uid. */
+int store_held_take_unlocked(struct lb_store *s, enum lb_store_holder h, uint32_t uid, struct lb_error *err);
 
 /* Copies a text column into a bounded buffer (always NUL-terminated, cut at size-1). */
 void store_column_text(sqlite3_stmt *st, int col, char *dst, size_t size);

@@ -17,6 +17,7 @@
  *   files.c       file transfer into and out of a sandbox's storage without following its symlinks
  *   timers.c      idle stop and keep-hours deletion
  *   spares.c      sandboxes started ahead of time, handed to new conversations
+ *   reserved.c    host uids reserved ahead for new sandboxes that get no spare
  *   images.c      image reference -> unpacked rootfs and digest
  *   network.c     the network tiers (netfilter/) started, attached and watched
  *   output.c      a program's captured output cut to the asked size as valid UTF-8
@@ -44,6 +45,14 @@ struct lbd_spares;  /* spares.c */
 struct lbd_image;   /* images.c */
 struct lb_images;   /* images/ */
 struct lb_net;	    /* netfilter/ */
+
+/* reserved.c: uids held in the store's reserved_uids table, for the next new sandboxes that get no spare. */
+#define LBD_RESERVED_KEEP 2
+struct lbd_reserved {
+	pthread_mutex_t mu;
+	uint32_t uids[LBD_RESERVED_KEEP];
+	unsigned n;
+};
 
 struct lbd_metrics {
 	atomic_uint_fast64_t runs_in_flight;
@@ -85,9 +94,10 @@ struct lbd {
 	char net_uplink_error[LB_ERROR_MSG_MAX]; /* timer thread only: the last uplink failure logged, "" when none */
 	int64_t started_at_ms;
 
-	struct lbd_spares *spares; /* NULL until lbd_spares_start() */
-	struct lbd_ready *ready;   /* NULL until lbd_ready_start() */
-	struct lbd_roots *roots;   /* NULL until lbd_roots_open(), or when it failed: each start makes its own root */
+	struct lbd_spares *spares;    /* NULL until lbd_spares_start() */
+	struct lbd_reserved reserved; /* from lbd_reserved_init() */
+	struct lbd_ready *ready;      /* NULL until lbd_ready_start() */
+	struct lbd_roots *roots; /* NULL until lbd_roots_open(), or when it failed: each start makes its own root */
 
 	pthread_mutex_t table_mu; /* guards the sandbox table and the running count */
 	struct lbd_sandbox *table;
@@ -109,6 +119,9 @@ const char *lbd_cannot_run(const struct lbd *d);
 void lbd_runner_key(uint32_t host_uid, char buf[LBD_RUNNER_KEY_MAX]);
 /* <state_dir>/sandboxes/<runner key>: the storage (disk image, lock) of the sandbox or spare holding host_uid. */
 void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t size);
+/* A new sandbox's uid must own no storage yet: a storage directory under a uid no row held is what a crash between
+ * removing a row's storage and the row left. Nobody owns it, and it goes. */
+void lbd_storage_clear_orphan(const struct lbd *d, uint32_t host_uid);
 /* The runner's spec for a sandbox of store spec `spec` under host uid `uid`, from image `img`: the one place that
  * turns a spec into limits, tier and policy, so a spare and a sandbox started on demand are built alike. key and
  * storage are the caller's (lbd_runner_key, lbd_storage_path) and, like img, must outlive *ret. */
@@ -262,13 +275,54 @@ bool lbd_spares_claim(struct lbd *d, const char *name, const struct lb_store_san
 		      struct lb_sandbox **ret_live, uint32_t *ret_uid);
 /* Under the turn of sandbox `name`, which has no row yet: when a ready spare matches spec and digest as for
  * lbd_spares_claim, the store creates the row holding the spare's uid in one commit
- * (lb_store_sandbox_create_from_spare: no uid allocated, no second commit), *ret_row is that row, *ret_live the running
+ * (lb_store_sandbox_create_held: no uid allocated, no second commit), *ret_row is that row, *ret_live the running
  * spare, and true is returned. false: no row was made; create it and start normally, without lbd_spares_claim (this
  * arrival is noted already). */
 bool lbd_spares_create(struct lbd *d, const char *name, const struct lb_store_spec *spec, const char *digest,
 		       int64_t now_ms, struct lb_store_sandbox *ret_row, struct lb_sandbox **ret_live);
 /* Spares ready now and the configured target, for health. */
 void lbd_spares_counts(struct lbd *d, uint32_t *ret_ready, uint32_t *ret_target);
+
+/* ---- reserved.c ---- */
+
+/* Start-up, after reconciliation: what an earlier instance started under a reserved uid goes (its runner key and
+ * storage) and the uid is released; then LBD_RESERVED_KEEP uids are reserved (fewer when the range is full: not an
+ * error). */
+int lbd_reserved_init(struct lbd *d, struct lb_error *err);
+/* A reserved uid, out of the pool (its store record stays until a row takes it), or 0 when the pool is empty. */
+uint32_t lbd_reserved_take(struct lbd *d);
+/* A reserved uid into the pool: one a commit just reserved, or one taken and not used. Released when the pool is
+ * full. */
+void lbd_reserved_give(struct lbd *d, uint32_t uid);
+/* Releases every uid of the pool (not those taken): how many. For a new sandbox that found the range full. */
+unsigned lbd_reserved_drop(struct lbd *d);
+/* Shutdown, after every sandbox stopped: the pool's uids are released. */
+void lbd_reserved_stop(struct lbd *d);
+
+/* A new sandbox started under a reserved uid, whose row is recorded during its start. */
+struct lbd_new_row {
+	struct lbd *d;
+	const char *name;
+	const struct lb_store_spec *spec;
+	const char *digest; /* the image's, borrowed */
+	uint32_t uid;	    /* 0: none (the row was made otherwise) */
+	bool done;	    /* the recording was tried */
+	bool started;	    /* recorded running */
+	int r;		    /* the recording's outcome */
+	struct lb_error err;
+};
+/* Under the turn of the new sandbox `name`: a reserved uid for it (one reserved now when the pool is empty: -EUSERS
+ * when none is free), a storage a crash left under that uid removed; *ret_row holds what a start reads of a row
+ * (name, spec, uid). */
+int lbd_new_row_begin(struct lbd *d, const char *name, const struct lb_store_spec *spec, const char *digest,
+		      struct lbd_new_row *nr, struct lb_store_sandbox *ret_row, struct lb_error *err);
+/* Records the row (running when started), the reserved uid taken and the next one reserved in one commit. */
+int lbd_new_row_record(struct lbd_new_row *nr, bool started);
+/* For lb_sandbox_spec.while_building: lbd_new_row_record(arg, true). */
+int lbd_new_row_while_building(void *arg, struct lb_error *err);
+/* After the start, whatever its outcome: a row not recorded yet is recorded stopped (the sandbox was created, as
+ * after any failed start); a uid no row took goes back to the pool. */
+void lbd_new_row_end(struct lbd_new_row *nr);
 
 /* ---- ready.c ---- */
 

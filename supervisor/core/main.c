@@ -4,7 +4,8 @@
  * Runs as root (it creates namespaces, cgroups, loop devices and mounts through runner/). Start-up order:
  * config (file, then flags) -> logging -> signals blocked in every thread -> state and run directories (root-only)
  * -> policy and host facts (a failure here does not stop the daemon: /v1/health says why sandboxes cannot run
- * and runs get 503) -> the store -> reconciliation with the kernel (before any request can start a sandbox) ->
+ * and runs get 503) -> the store -> reconciliation with the kernel (before any request can start a sandbox: what
+ * sandboxes, spares and reserved uids left), then uids reserved ahead ->
  * the daemon's own leaf cgroup -> the network tiers (the resolver's and relay's unprivileged processes are forked
  * here, while the daemon is still single-threaded) -> spares -> the API socket and the API process (api_proc.c) ->
  * timers. SIGTERM/SIGINT stop the API process (it lets requests in progress finish), stop every running sandbox (files
@@ -289,7 +290,8 @@ static int open_state(struct lbd *d)
 		lb_error(NULL, "opening the store: %s", err.msg);
 		return 1;
 	}
-	if (lbd_sandboxes_init(d, &err) < 0 || lbd_reconcile(d, &err) < 0 || lbd_spares_reconcile(d, &err) < 0) {
+	if (lbd_sandboxes_init(d, &err) < 0 || lbd_reconcile(d, &err) < 0 || lbd_spares_reconcile(d, &err) < 0 ||
+	    lbd_reserved_init(d, &err) < 0) {
 		lb_error(NULL, "%s", err.msg);
 		lb_store_close(d->store);
 		return 1;
@@ -360,6 +362,7 @@ static int shut_down(struct lbd *d, struct lbd_api_proc *api, pthread_t timer)
 	lbd_ready_stop(d);
 	lbd_spares_stop(d);
 	lbd_sandboxes_shutdown(d);
+	lbd_reserved_stop(d);
 	lbd_roots_close(d);
 	lbd_network_stop(d);
 	lb_store_close(d->store);

@@ -331,12 +331,20 @@ static void drop_spare(struct lbd *d, struct lb_sandbox *live, uint32_t host_uid
 	lb_sandbox_destroy_storage(storage, NULL);
 }
 
+/* A start that recorded its new row as running (lbd_new_row) and then failed: the row says stopped again. */
+static void unrecord_start(struct lbd *d, const struct lbd_new_row *nr)
+{
+	if (nr && nr->started)
+		(void)lb_store_sandbox_set_state(d->store, nr->name, LB_SANDBOX_STOPPED, NULL);
+}
+
 /* Under the turn: starts the sandbox described by row. pre (may be NULL): row's image, resolved by the caller an
  * instant ago (borrowed); NULL: resolved (and pulled if allowed) here. spare: the spare the caller made the row from
- * (owned from the call on: it becomes the sandbox, or is dropped on failure), or that it asked for in vain. */
+ * (owned from the call on: it becomes the sandbox, or is dropped on failure), or that it asked for in vain. nr
+ * (may be NULL): row is not in the store yet, and is recorded during the start (the caller ends nr). */
 static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_store_sandbox *row,
-			const struct lbd_image *pre, const struct spare_asked *spare, struct lbd_ensure_result *ret,
-			struct lbd_fail *f)
+			const struct lbd_image *pre, const struct spare_asked *spare, struct lbd_new_row *nr,
+			struct lbd_ensure_result *ret, struct lbd_fail *f)
 {
 	int r = check_host(d, &row->spec, f);
 	if (r < 0) {
@@ -410,8 +418,13 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 		char ready_cg[LBD_READY_CG_NAME];
 		if (lbd_ready_take_cgroup(d, ready_cg))
 			spec.ready_cgroup = ready_cg;
+		if (nr) { /* its row, recorded while the child builds the root */
+			spec.while_building = lbd_new_row_while_building;
+			spec.while_building_arg = nr;
+		}
 		r = lb_sandbox_start(&spec, &live, &err);
 		lbd_root_put(d, spec.shared_root);
+		bool unrecorded = nr && nr->done && nr->r < 0; /* a start that succeeds has recorded it */
 		if (r < 0) {
 			if (spec.ready_cgroup) { /* a start that failed before its cgroup step left the set */
 				struct lb_error e1 = { 0 };
@@ -420,12 +433,17 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 			lbd_image_release(&img);
 			release_slot(d);
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", err.msg);
-			lb_error(lf, "starting the sandbox failed");
+			lb_error(lf, unrecorded ? "recording the new sandbox failed" : "starting the sandbox failed");
 			/* Whatever a half-done start left behind goes now, not at the next restart; but EEXIST means a
 			 * live sandbox of this name refused the start, and cleaning up would kill it. */
 			struct lb_error err2 = { 0 };
-			if (r != -EEXIST)
+			if (r != -EEXIST || unrecorded)
 				lb_sandbox_cleanup(key, d->cfg.run_dir, &err2);
+			if (unrecorded) {
+				lbd_fail_store(f, nr->r, "Recording the sandbox", nr->err.msg);
+				return nr->r;
+			}
+			unrecord_start(d, nr);
 			lbd_fail_set(f, 503, "host_unavailable", "The sandbox could not be started: %s", err.msg);
 			return r;
 		}
@@ -445,6 +463,7 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 				drop_spare(d, live, uid_now);
 			else
 				lb_sandbox_stop(live, NULL);
+			unrecord_start(d, nr);
 			log_fields(lf, sizeof(lf), sb->name, "error=\"%s\"", nerr.msg);
 			lb_error(lf, "attaching the sandbox's network failed");
 			lbd_fail_set(f, 503, "host_unavailable", "The sandbox's network (%s) could not be set up: %s",
@@ -459,7 +478,8 @@ static int start_locked(struct lbd *d, struct lbd_sandbox *sb, const struct lb_s
 	sb->last_used_mono = lbd_mono_ms();
 	pthread_mutex_unlock(&d->table_mu);
 	pthread_rwlock_unlock(&sb->live_lock);
-	lb_store_sandbox_started(d->store, sb->name, digest, lbd_now_ms(), NULL);
+	if (!(nr && nr->started)) /* else recorded with its row */
+		lb_store_sandbox_started(d->store, sb->name, digest, lbd_now_ms(), NULL);
 	log_fields(lf, sizeof(lf), sb->name, "runner=%s image=%s network=%s spare=%s duration_ms=%llu", key,
 		   row->spec.image, lb_tier_name(row->spec.network), from_spare ? "yes" : "no",
 		   (unsigned long long)(lbd_mono_ms() - t0));
@@ -530,16 +550,27 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 	/* the image a new or recreated sandbox was checked with, handed to its start */
 	__attribute__((cleanup(image_releasep))) struct lbd_image img = { 0 };
 	struct spare_asked spare = { 0 };
+	struct lbd_new_row nr = { 0 }; /* a new sandbox under a reserved uid: its row recorded by its start */
 	int r = lb_store_sandbox_get(d->store, sb->name, &row, &err);
 	if (r == -ENOENT) {
 		if ((r = check_host(d, &req->spec, f)) < 0 || (r = check_image(d, req->spec.image, ret, &img, f)) < 0)
 			return r;
 		/* To be started: made from a ready spare of its spec when there is one, its row and the spare's
-		 * hand-over in one commit. */
+		 * hand-over in one commit; else started under a reserved uid, its row recorded during the start. */
 		spare.asked = start;
-		if (!start ||
-		    !lbd_spares_create(d, sb->name, &req->spec, img.digest, lbd_now_ms(), &row, &spare.live)) {
+		bool made =
+		    start && lbd_spares_create(d, sb->name, &req->spec, img.digest, lbd_now_ms(), &row, &spare.live);
+		if (!made && start)
+			r = lbd_new_row_begin(d, sb->name, &req->spec, img.digest, &nr, &row, &err);
+		else if (!made) {
 			r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, NULL, &err);
+			if (r == -EUSERS && lbd_reserved_drop(d) > 0) { /* the range is full: its reservations yield */
+				lb_error_clear(&err);
+				r = lb_store_sandbox_put(d->store, sb->name, &req->spec, NULL, lbd_now_ms(), &row, NULL,
+							 &err);
+			}
+		}
+		if (!made) {
 			if (r == -EUSERS) {
 				lbd_fail_set(f, 429, "capacity",
 					     "No host uid is left for a new sandbox (uid_range_count).");
@@ -549,13 +580,8 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 				lbd_fail_store(f, r, "Recording the sandbox", err.msg);
 				return r;
 			}
-			/* A storage directory under a uid no row held is what a crash between removing a row's storage
-			 * and the row left; nobody owns it, and the new sandbox must start empty. */
-			char storage[512];
-			lbd_storage_path(d, row.host_uid, storage, sizeof(storage));
-			struct stat st;
-			if (stat(storage, &st) == 0)
-				lb_sandbox_destroy_storage(storage, NULL);
+			if (!nr.uid) /* lbd_new_row_begin did it */
+				lbd_storage_clear_orphan(d, row.host_uid);
 		}
 		ret->created = true;
 		log_fields(lf, sizeof(lf), sb->name, "host_uid=%u image=%s network=%s", row.host_uid, row.spec.image,
@@ -608,7 +634,8 @@ int lbd_sandbox_ensure(struct lbd *d, struct lbd_sandbox *sb, const struct lbd_s
 		stop_locked(d, sb, "init_gone");
 	}
 	if (start && !sb->live) {
-		r = start_locked(d, sb, &row, img.info ? &img : NULL, &spare, ret, f);
+		r = start_locked(d, sb, &row, img.info ? &img : NULL, &spare, nr.uid ? &nr : NULL, ret, f);
+		lbd_new_row_end(&nr);
 		if (r < 0)
 			return r;
 		ret->started = true;

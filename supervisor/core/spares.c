@@ -92,7 +92,7 @@ static void discard(struct lbd *d, struct spare *sp, const char *why)
 	sp->live = NULL;
 	int r = lb_sandbox_destroy_storage(storage, &err);
 	if (r == 0 || r == -ENOENT)
-		r = lb_store_spare_remove(d->store, sp->uid, &err);
+		r = lb_store_held_remove(d->store, LB_STORE_SPARE, sp->uid, &err);
 	snprintf(lf, sizeof(lf), "runner=%s reason=%s", key, why);
 	if (r < 0 && r != -ENOENT)
 		lb_warn(lf, "discarding a spare sandbox failed: %s", err.msg);
@@ -127,7 +127,7 @@ static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, s
 	}
 	sp->spec = *spec;
 	snprintf(sp->digest, sizeof(sp->digest), "%s", img.digest);
-	if (lb_store_spare_add(d->store, lbd_now_ms(), &sp->uid, err) < 0) {
+	if (lb_store_held_add(d->store, LB_STORE_SPARE, lbd_now_ms(), &sp->uid, err) < 0) {
 		lbd_image_release(&img);
 		free(sp);
 		return NULL;
@@ -178,7 +178,7 @@ static struct spare *make_one(struct lbd *d, const struct lb_store_spec *spec, s
 		sp->live = NULL;
 		struct lb_error e3 = { 0 };
 		if (lb_sandbox_destroy_storage(storage, &e3) == 0)
-			lb_store_spare_remove(d->store, sp->uid, &e3);
+			lb_store_held_remove(d->store, LB_STORE_SPARE, sp->uid, &e3);
 		free(sp);
 		return NULL;
 	}
@@ -372,7 +372,7 @@ int lbd_spares_reconcile(struct lbd *d, struct lb_error *err)
 {
 	uint32_t *uids = NULL;
 	size_t n = 0;
-	int r = lb_store_spare_list(d->store, &uids, &n, err);
+	int r = lb_store_held_list(d->store, LB_STORE_SPARE, &uids, &n, err);
 	if (r < 0)
 		return lb_error_wrap(err, "listing spares to reconcile");
 	unsigned failed = 0;
@@ -387,7 +387,7 @@ int lbd_spares_reconcile(struct lbd *d, struct lb_error *err)
 		if (r == 0)
 			r = lb_sandbox_destroy_storage(storage, &e);
 		if (r == 0 || r == -ENOENT)
-			r = lb_store_spare_remove(d->store, uids[i], &e);
+			r = lb_store_held_remove(d->store, LB_STORE_SPARE, uids[i], &e);
 		if (r < 0 && r != -ENOENT) {
 			char lf[700];
 			snprintf(lf, sizeof(lf), "runner=%s error=\"%s\"", key, e.msg);
@@ -495,7 +495,8 @@ bool lbd_spares_create(struct lbd *d, const char *name, const struct lb_store_sp
 	if (!sp)
 		return false;
 	struct lb_error err = { 0 };
-	if (lb_store_sandbox_create_from_spare(d->store, name, spec, NULL, now_ms, sp->uid, ret_row, &err) < 0) {
+	const struct lb_store_from_held from = { .holder = LB_STORE_SPARE, .uid = sp->uid };
+	if (lb_store_sandbox_create_held(d->store, name, spec, NULL, now_ms, &from, ret_row, NULL, &err) < 0) {
 		hand_over_failed(d, sp, name, &err);
 		return false;
 	}

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lb/images.h"
 #include "lb/netfilter.h"
@@ -34,6 +35,15 @@ void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t 
 	char key[LBD_RUNNER_KEY_MAX];
 	lbd_runner_key(host_uid, key);
 	snprintf(buf, size, "%s/sandboxes/%s", d->cfg.state_dir, key);
+}
+
+void lbd_storage_clear_orphan(const struct lbd *d, uint32_t host_uid)
+{
+	char storage[512];
+	lbd_storage_path(d, host_uid, storage, sizeof(storage));
+	struct stat st;
+	if (stat(storage, &st) == 0)
+		lb_sandbox_destroy_storage(storage, NULL);
 }
 
 void lbd_runner_spec(const struct lbd *d, const struct lb_store_spec *spec, uint32_t uid, const struct lbd_image *img,

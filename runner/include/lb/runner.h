@@ -111,6 +111,12 @@ struct lb_sandbox_spec {
 	const char *const *image_env; /* "KEY=VALUE" from the image config (PATH...), NULL-terminated, may be NULL */
 	const struct lb_policy *policy;
 	const char *resolv_conf; /* contents of /etc/resolv.conf (netfilter/ for packages and web); NULL: none */
+	/* The caller's own work, done on its thread while the child builds the sandbox's root (the start would only
+	 * wait then): called once, after the child is released and before the start returns; a negative return fails
+	 * the start (its sentence in err). Not called when the start fails before that point. NULL: none. lensboxd
+	 * records a new sandbox here. */
+	int (*while_building)(void *arg, struct lb_error *err);
+	void *while_building_arg;
 };
 
 struct lb_sandbox; /* opaque; owned by the caller between start and stop */

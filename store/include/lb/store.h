@@ -218,27 +218,46 @@ int lb_store_sandbox_touch(struct lb_store *s, const char *name, int64_t now_ms,
  * ledger keeps the sandbox's runs. -ENOENT when absent. */
 int lb_store_sandbox_delete(struct lb_store *s, const char *name, struct lb_error *err);
 
-/* ---- spares: host uids held by sandboxes started ahead of time (supervisor/spares.c) ---- */
+/* ---- host uids held before a sandbox owns them ---- */
 
-/* Takes the next free host uid (the allocator's walk, skipping sandboxes' and spares' uids) for a spare.
- * -EUSERS when none is free. */
-int lb_store_spare_add(struct lb_store *s, int64_t now_ms, uint32_t *ret_uid, struct lb_error *err);
-/* Releases a spare's uid (its sandbox and storage are gone). -ENOENT when no spare holds it. */
-int lb_store_spare_remove(struct lb_store *s, uint32_t uid, struct lb_error *err);
-/* Every uid spares hold, ascending (free() the array). */
-int lb_store_spare_list(struct lb_store *s, uint32_t **ret_uids, size_t *ret_n, struct lb_error *err);
+/* Who holds a uid no sandbox row has yet. The allocator skips held uids as it skips sandboxes' own, and a start-up
+ * reconciliation cleans up whatever a crash left under them (the runner key and storage of "u<uid>"). */
+enum lb_store_holder {
+	LB_STORE_SPARE = 0, /* a spare sandbox started ahead of time (supervisor/core/spares.c): table spares */
+	LB_STORE_RESERVED,  /* kept for the next new sandbox that gets no spare (supervisor/core/reserved.c): table
+			     * reserved_uids */
+};
+
+/* Takes the next free host uid (the allocator's walk) for h. -EUSERS when none is free. */
+int lb_store_held_add(struct lb_store *s, enum lb_store_holder h, int64_t now_ms, uint32_t *ret_uid,
+		      struct lb_error *err);
+/* Releases a uid h holds (whatever was made under it is gone). -ENOENT when h holds no such uid. */
+int lb_store_held_remove(struct lb_store *s, enum lb_store_holder h, uint32_t uid, struct lb_error *err);
+/* Every uid h holds, ascending (free() the array). */
+int lb_store_held_list(struct lb_store *s, enum lb_store_holder h, uint32_t **ret_uids, size_t *ret_n,
+		       struct lb_error *err);
 /* Hands the spare holding spare_uid to the sandbox `name`, in one transaction: the spare's row goes and the
  * sandbox's host_uid and host_gid become spare_uid (its previous uid is free again: call this only while that uid
  * owns no storage). -ENOENT when either is absent (nothing changed). *ret (may be NULL) is the row as stored. */
 int lb_store_sandbox_adopt(struct lb_store *s, const char *name, uint32_t spare_uid, struct lb_store_sandbox *ret,
 			   struct lb_error *err);
-/* Creates the stopped sandbox `name` (as lb_store_sandbox_put would) holding the spare's uid, in one transaction: the
- * spare's row goes and no new uid is allocated, which makes a new sandbox served by a spare one commit instead of
- * two. -EEXIST when a sandbox of that name exists, -ENOENT when no spare holds spare_uid (nothing changed either
- * way). *ret (may be NULL) is the row as stored. */
-int lb_store_sandbox_create_from_spare(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
-				       const char *digest, int64_t now_ms, uint32_t spare_uid,
-				       struct lb_store_sandbox *ret, struct lb_error *err);
+
+/* How lb_store_sandbox_create_held makes a row. */
+struct lb_store_from_held {
+	enum lb_store_holder holder; /* who holds uid now */
+	uint32_t uid;
+	bool started;	   /* recorded running, as lb_store_sandbox_started(digest, now_ms) would; else stopped */
+	bool reserve_next; /* a fresh uid reserved (LB_STORE_RESERVED) in the same commit */
+};
+
+/* Creates the sandbox `name` (as lb_store_sandbox_put would, or started) holding the uid from->holder holds, in one
+ * transaction: the holder's row goes and no uid is allocated for the sandbox, which makes a new sandbox one commit
+ * instead of two. With from->reserve_next, *ret_next_uid (may be NULL) is the uid reserved in that commit, 0 when
+ * none was free (the sandbox is created all the same). -EEXIST when a sandbox of that name exists, -ENOENT when the
+ * holder holds no such uid (nothing changed either way). *ret (may be NULL) is the row as stored. */
+int lb_store_sandbox_create_held(struct lb_store *s, const char *name, const struct lb_store_spec *spec,
+				 const char *digest, int64_t now_ms, const struct lb_store_from_held *from,
+				 struct lb_store_sandbox *ret, uint32_t *ret_next_uid, struct lb_error *err);
 
 /* Running sandboxes whose idle time is up (lb_store_stop_at_ms() <= now_ms), oldest first. Free with free(). */
 int lb_store_sandbox_due_stop(struct lb_store *s, int64_t now_ms, struct lb_store_sandbox **ret_list, size_t *ret_n,

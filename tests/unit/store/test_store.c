@@ -442,8 +442,8 @@ static void uids_are_unique_and_exhaust(void **state)
 static void two_spares(struct lb_store *s, uint32_t *a, uint32_t *b)
 {
 	struct lb_error err = { 0 };
-	assert_int_equal(lb_store_spare_add(s, 1, a, &err), 0);
-	assert_int_equal(lb_store_spare_add(s, 2, b, &err), 0);
+	assert_int_equal(lb_store_held_add(s, LB_STORE_SPARE, 1, a, &err), 0);
+	assert_int_equal(lb_store_held_add(s, LB_STORE_SPARE, 2, b, &err), 0);
 }
 
 /* The sandbox `name` holds uid and the only spare left holds spare. */
@@ -455,7 +455,7 @@ static void holds_uid_and_one_spare_left(struct lb_store *s, const char *name, u
 	assert_int_equal(sb.host_uid, uid);
 	uint32_t *uids = NULL;
 	size_t n = 0;
-	assert_int_equal(lb_store_spare_list(s, &uids, &n, &err), 0);
+	assert_int_equal(lb_store_held_list(s, LB_STORE_SPARE, &uids, &n, &err), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(uids[0], spare);
 	free(uids);
@@ -477,7 +477,7 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 
 	uint32_t *uids = NULL;
 	size_t n = 0;
-	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(lb_store_held_list(f->s, LB_STORE_SPARE, &uids, &n, &err), 0);
 	assert_int_equal(n, 2);
 	assert_true((uids[0] == a && uids[1] == b) || (uids[0] == b && uids[1] == a));
 	free(uids);
@@ -485,7 +485,7 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 	/* adopting a uid no spare holds, or for a sandbox that does not exist, changes nothing */
 	assert_int_equal(lb_store_sandbox_adopt(f->s, "conv", old_uid, NULL, &err), -ENOENT);
 	assert_int_equal(lb_store_sandbox_adopt(f->s, "nobody", a, NULL, &err), -ENOENT);
-	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(lb_store_held_list(f->s, LB_STORE_SPARE, &uids, &n, &err), 0);
 	assert_int_equal(n, 2);
 	free(uids);
 
@@ -503,11 +503,19 @@ static void spares_hold_uids_and_adoption_moves_one(void **state)
 		assert_int_not_equal(sb.host_uid, a);
 	}
 	uint32_t c = 0;
-	assert_int_equal(lb_store_spare_add(f->s, 20, &c, &err), -EUSERS);
-	assert_int_equal(lb_store_spare_remove(f->s, b, &err), 0);
-	assert_int_equal(lb_store_spare_remove(f->s, b, &err), -ENOENT);
+	assert_int_equal(lb_store_held_add(f->s, LB_STORE_SPARE, 20, &c, &err), -EUSERS);
+	assert_int_equal(lb_store_held_remove(f->s, LB_STORE_SPARE, b, &err), 0);
+	assert_int_equal(lb_store_held_remove(f->s, LB_STORE_SPARE, b, &err), -ENOENT);
 	put(f->s, "last", 21, &sb);
 	assert_int_equal(sb.host_uid, b); /* the only one left */
+}
+
+/* lb_store_sandbox_create_held from the spare holding uid, stopped, reserving nothing. */
+static int create_from_spare(struct lb_store *s, const char *name, const struct lb_store_spec *spec, int64_t now_ms,
+			     uint32_t uid, struct lb_store_sandbox *ret, struct lb_error *err)
+{
+	const struct lb_store_from_held from = { .holder = LB_STORE_SPARE, .uid = uid };
+	return lb_store_sandbox_create_held(s, name, spec, NULL, now_ms, &from, ret, NULL, err);
 }
 
 /* A sandbox made from a spare: one commit creates its row holding the spare's uid, takes the spare away and leaves
@@ -524,18 +532,17 @@ static void sandbox_created_from_a_spare_holds_its_uid(void **state)
 	struct lb_store_spec sp = spec_of("img", "web");
 
 	/* a uid no spare holds (a sandbox's), an existing name, no uid: nothing changes */
-	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 4, taken_uid, NULL, &err),
-			 -ENOENT);
-	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "taken", &sp, NULL, 4, a, NULL, &err), -EEXIST);
-	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 4, 0, NULL, &err), -EINVAL);
+	assert_int_equal(create_from_spare(f->s, "conv", &sp, 4, taken_uid, NULL, &err), -ENOENT);
+	assert_int_equal(create_from_spare(f->s, "taken", &sp, 4, a, NULL, &err), -EEXIST);
+	assert_int_equal(create_from_spare(f->s, "conv", &sp, 4, 0, NULL, &err), -EINVAL);
 	assert_int_equal(lb_store_sandbox_get(f->s, "conv", &sb, NULL), -ENOENT);
 	uint32_t *uids = NULL;
 	size_t n = 0;
-	assert_int_equal(lb_store_spare_list(f->s, &uids, &n, &err), 0);
+	assert_int_equal(lb_store_held_list(f->s, LB_STORE_SPARE, &uids, &n, &err), 0);
 	assert_int_equal(n, 2);
 	free(uids);
 
-	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "conv", &sp, NULL, 5, a, &sb, &err), 0);
+	assert_int_equal(create_from_spare(f->s, "conv", &sp, 5, a, &sb, &err), 0);
 	assert_int_equal(sb.host_uid, a);
 	assert_int_equal(sb.host_gid, a);
 	assert_string_equal(sb.spec.image, "img");
@@ -552,7 +559,72 @@ static void sandbox_created_from_a_spare_holds_its_uid(void **state)
 		assert_int_not_equal(sb.host_uid, b);
 	}
 	/* and the same spare cannot be handed out twice */
-	assert_int_equal(lb_store_sandbox_create_from_spare(f->s, "again", &sp, NULL, 6, a, NULL, &err), -ENOENT);
+	assert_int_equal(create_from_spare(f->s, "again", &sp, 6, a, NULL, &err), -ENOENT);
+}
+
+/* A reservation is a holder of its own: the allocator skips its uid, a spare's hand-over cannot take it, and a
+ * sandbox created from it is recorded started (state, digest, last use) with the next reservation in the same
+ * commit; when no uid is left for that one, the sandbox is created all the same. */
+static void sandbox_created_from_a_reservation_reserves_the_next(void **state)
+{
+	struct fixture *f = *state; /* range 200000..200007 */
+	struct lb_error err = { 0 };
+	uint32_t r1 = 0;
+	assert_int_equal(lb_store_held_add(f->s, LB_STORE_RESERVED, 1, &r1, &err), 0);
+	assert_int_equal(r1, 200000);
+	struct lb_store_sandbox sb;
+	put(f->s, "other", 2, &sb);
+	assert_int_equal(sb.host_uid, 200001);
+	struct lb_store_spec sp = spec_of("img", "off");
+	const char *digest = "sha256:0123";
+
+	/* the spares' holder does not hold it; started needs a digest; nothing changed either way */
+	const struct lb_store_from_held as_spare = { .holder = LB_STORE_SPARE, .uid = r1 };
+	assert_int_equal(lb_store_sandbox_create_held(f->s, "conv", &sp, digest, 3, &as_spare, NULL, NULL, &err),
+			 -ENOENT);
+	struct lb_store_from_held from = {
+		.holder = LB_STORE_RESERVED, .uid = r1, .started = true, .reserve_next = true
+	};
+	assert_int_equal(lb_store_sandbox_create_held(f->s, "conv", &sp, NULL, 3, &from, NULL, NULL, &err), -EINVAL);
+	assert_int_equal(lb_store_sandbox_get(f->s, "conv", &sb, NULL), -ENOENT);
+
+	uint32_t next = 0;
+	assert_int_equal(lb_store_sandbox_create_held(f->s, "conv", &sp, digest, 4, &from, &sb, &next, &err), 0);
+	assert_int_equal(sb.host_uid, r1);
+	assert_int_equal(sb.state, LB_SANDBOX_RUNNING);
+	assert_string_equal(sb.image_digest, digest);
+	assert_int_equal(sb.created_at_ms, 4);
+	assert_int_equal(sb.last_used_at_ms, 4);
+	assert_int_equal(next, 200002);
+	uint32_t *uids = NULL;
+	size_t n = 0;
+	assert_int_equal(lb_store_held_list(f->s, LB_STORE_RESERVED, &uids, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(uids[0], next);
+	free(uids);
+	/* the same reservation cannot be used twice */
+	assert_int_equal(lb_store_sandbox_create_held(f->s, "again", &sp, digest, 5, &from, NULL, NULL, &err), -ENOENT);
+
+	/* the allocator skips the reservation: fill the range around it */
+	char name[16];
+	for (int i = 0; i < 5; i++) { /* 200003..200007 */
+		snprintf(name, sizeof(name), "s%d", i);
+		put(f->s, name, 10 + i, &sb);
+		assert_int_equal(sb.host_uid, 200003 + (uint32_t)i);
+	}
+	uint32_t none = 0;
+	assert_int_equal(lb_store_held_add(f->s, LB_STORE_RESERVED, 20, &none, &err), -EUSERS);
+	from.uid = next;
+	from.started = false;
+	uint32_t after = 1;
+	assert_int_equal(lb_store_sandbox_create_held(f->s, "last", &sp, NULL, 21, &from, &sb, &after, &err), 0);
+	assert_int_equal(sb.host_uid, next);
+	assert_int_equal(sb.state, LB_SANDBOX_STOPPED);
+	assert_int_equal(after, 0);
+	assert_int_equal(lb_store_held_list(f->s, LB_STORE_RESERVED, &uids, &n, &err), 0);
+	assert_int_equal(n, 0);
+	free(uids);
+	assert_int_equal(lb_store_held_remove(f->s, LB_STORE_RESERVED, next, &err), -ENOENT);
 }
 
 static void freed_uid_is_reused_last(void **state)
@@ -595,7 +667,7 @@ static void cursor_on_a_spare_uid_is_skipped(void **state)
 	struct fixture *f = *state; /* range 200000..200007 */
 	struct lb_error err = { 0 };
 	uint32_t spare = 0;
-	assert_int_equal(lb_store_spare_add(f->s, 1, &spare, &err), 0);
+	assert_int_equal(lb_store_held_add(f->s, LB_STORE_SPARE, 1, &spare, &err), 0);
 	assert_int_equal(spare, 200000);
 	char name[16];
 	for (int i = 1; i < 8; i++) { /* 200001..200007: the cursor wraps to 200000, the spare's */
@@ -861,10 +933,11 @@ static void counts_survive_prune_and_remigration(void **state)
 	f->s = NULL;
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
-	assert_int_equal(
-	    sqlite3_exec(db, "DROP TABLE run_stats; DROP TABLE spares; DELETE FROM schema_version WHERE version >= 3",
-			 NULL, NULL, NULL),
-	    SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db,
+				      "DROP TABLE run_stats; DROP TABLE spares; DROP TABLE reserved_uids; "
+				      "DELETE FROM schema_version WHERE version >= 3",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
 	sqlite3_close(db);
 	assert_int_equal(open_store(f, 200000, 8), 0);
 	struct lb_store_counts after;
@@ -973,6 +1046,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(freed_uid_is_reused_last, setup, teardown),
 		cmocka_unit_test_setup_teardown(spares_hold_uids_and_adoption_moves_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(sandbox_created_from_a_spare_holds_its_uid, setup, teardown),
+		cmocka_unit_test_setup_teardown(sandbox_created_from_a_reservation_reserves_the_next, setup, teardown),
 		cmocka_unit_test_setup_teardown(cursor_on_a_spare_uid_is_skipped, setup, teardown),
 		cmocka_unit_test_setup_teardown(range_change_keeps_existing_uids, setup, teardown),
 		cmocka_unit_test(run_ids),
