@@ -461,57 +461,9 @@ int lb_disk_mount(const char *storage, const char *mountpoint, bool throwaway, s
 	}
 }
 
-/* The flusher: a grandchild of the caller (its parent, which shares the caller's memory, exits at once, so nobody
- * has to reap it) that holds the last reference to the detached filesystem and the storage lock. It waits until the
- * caller has dropped its own reference (EOF on `go`), then closing the mount's fd shuts the filesystem down in this
- * process (journal commit, superblock, flush through the loop device to the host's disk, loop autoclear) and it
- * removes the empty mount point; only then is the lock released. It runs raw syscalls only (forked from a possibly
- * multithreaded caller) and holds no other descriptor of the caller (the caller's stdout may be a pipe someone waits
- * on). */
-static _Noreturn void flusher_main(int mnt_fd, int lock_fd, int go, const char *mountpoint)
-{
-	pid_t pid = (pid_t)syscall(SYS_clone, (unsigned long)SIGCHLD, 0UL, NULL, NULL, 0UL);
-	if (pid != 0)
-		_exit(pid < 0 ? 1 : 0); /* the intermediate child; on failure its exit below does the same work */
-	int keep[3] = { mnt_fd, lock_fd, go };
-	for (int i = 1; i < 3; i++) /* sort the three */
-		for (int j = i; j > 0 && keep[j - 1] > keep[j]; j--) {
-			int t = keep[j];
-			keep[j] = keep[j - 1];
-			keep[j - 1] = t;
-		}
-	unsigned from = 0;
-	for (int i = 0; i < 3; i++) {
-		if ((unsigned)keep[i] > from)
-			syscall(SYS_close_range, from, (unsigned)keep[i] - 1, 0u);
-		from = (unsigned)keep[i] + 1;
-	}
-	syscall(SYS_close_range, from, ~0u, 0u);
-	char byte;
-	while (read(go, &byte, 1) < 0 && errno == EINTR)
-		;
-	close(mnt_fd); /* the last reference: the filesystem is shut down and flushed here */
-	/* A start of this sandbox name with another storage may have mounted there meanwhile: then EBUSY, and it
-	 * stays. (The same storage waits for our lock.) */
-	(void)rmdir(mountpoint);
-	close(lock_fd);
-	_exit(0);
-}
-
-struct flusher_args {
-	int mnt_fd, lock_fd, go;
-	const char *mountpoint;
-};
-
-static int flusher_start(void *arg)
-{
-	const struct flusher_args *a = arg;
-	flusher_main(a->mnt_fd, a->lock_fd, a->go, a->mountpoint);
-}
-
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err)
 {
-	*ret = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
+	*ret = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1 };
 	/* A reference to the mount that outlives its detach: whoever closes it last shuts the filesystem down. */
 	int mnt_fd = open(mountpoint, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (umount2(mountpoint, MNT_DETACH | UMOUNT_NOFOLLOW) < 0 && errno != EINVAL && errno != ENOENT) {
@@ -527,44 +479,35 @@ int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *r
 	/* The shutdown (journal commit and flushes, 1-30 ms on a busy host) happens in a flusher process holding the
 	 * storage lock, so the caller does not wait for it; the next start of this storage takes the lock (and then
 	 * finds no loop device holding the image) only once it is done: the image is never mounted twice. The flusher
-	 * starts only when our own reference is gone (the pipe's EOF, lb_disk_detach_finish), or the last close, and
-	 * with it the shutdown, could be ours. Without a lock to hand over, or if the pipe or the fork fails, the
-	 * caller does the shutdown itself. */
+	 * (lensbox-diskhelper flush) starts only when our own reference is gone (the pipe's EOF,
+	 * lb_disk_detach_finish), or the last close, and with it the shutdown, could be ours. It is no fork of ours
+	 * (lb_spawn_helper), and holds the mount, the lock and the pipe only. Without a lock to hand over, or if the
+	 * pipe or the helper fails, the caller does the shutdown itself. */
 	int go[2] = { -1, -1 };
-	pid_t pid = -1;
 	if (lock_fd >= 0 && pipe2(go, O_CLOEXEC) == 0) {
-		/* The intermediate child borrows our memory (CLONE_VM, we are suspended until it exits, on a stack of
-		 * its own in this frame, signals blocked so no handler of ours runs in it), so only the flusher's fork
-		 * copies our memory: one copy instead of two. It only forks the flusher and exits. */
-		struct flusher_args fa = {
-			.mnt_fd = mnt_fd, .lock_fd = lock_fd, .go = go[0], .mountpoint = mountpoint
-		};
-		_Alignas(16) char stack[16384];
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		pid = clone(flusher_start, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &fa);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		char *const argv[] = { "lensbox-diskhelper", "flush", (char *)mountpoint, NULL };
+		const int fds[] = { mnt_fd, lock_fd, go[0] };
+		int helper = lb_diskhelper_memfd();
+		int r = helper < 0 ? helper : lb_spawn_helper(helper, argv, fds, 3);
+		if (helper >= 0)
+			close(helper);
 		close(go[0]);
-		if (pid < 0) {
+		if (r < 0) {
 			close(go[1]);
 			go[1] = -1;
 		}
 	}
-	*ret = (struct lb_disk_detach){ .mnt_fd = mnt_fd, .go = go[1], .pid = pid };
+	*ret = (struct lb_disk_detach){ .mnt_fd = mnt_fd, .go = go[1] };
 	return 0;
 }
 
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint)
 {
-	if (d->pid > 0)
-		while (waitpid(d->pid, NULL, 0) < 0 && errno == EINTR)
-			;
 	if (d->mnt_fd >= 0)
 		close(d->mnt_fd); /* without a flusher, the last reference: the shutdown happens here */
 	if (d->go >= 0)
 		close(d->go); /* the flusher goes on: ours was not the last reference */
 	else if (d->mnt_fd >= 0)
 		(void)rmdir(mountpoint);
-	*d = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1, .pid = -1 };
+	*d = (struct lb_disk_detach){ .mnt_fd = -1, .go = -1 };
 }

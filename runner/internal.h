@@ -85,14 +85,14 @@ int lb_disk_attach_fd(int imgfd, const char *img, char *dev, size_t devsize, str
  * loop device holds the image (lb_disk_wait_released). */
 int lb_disk_mount(const char *storage, const char *mountpoint, bool throwaway, struct lb_error *err);
 /* Detaches the storage mount at mountpoint at once, in two halves so the caller can work while the flusher gets
- * going: lb_disk_detach() detaches the mount (invisible from here on) and forks a background flusher that holds the
- * storage lock (lock_fd, shared with it); lb_disk_detach_finish() reaps the flusher's intermediate child and drops the
- * caller's reference, after which the flusher shuts the filesystem down (journal commit, flush to the host's disk,
- * loop device release), removes the mount point and releases the lock. lock_fd < 0: finish does it all itself. */
+ * going: lb_disk_detach() detaches the mount (invisible from here on) and starts a background flusher
+ * (lensbox-diskhelper, no fork of the caller) that holds the storage lock (lock_fd, shared with it);
+ * lb_disk_detach_finish() drops the caller's reference, after which the flusher shuts the filesystem down (journal
+ * commit, flush to the host's disk, loop device release), removes the mount point and releases the lock. lock_fd < 0:
+ * finish does it all itself. */
 struct lb_disk_detach {
 	int mnt_fd; /* O_PATH reference to the detached filesystem, -1 when nothing was mounted */
 	int go;	    /* write end the flusher waits on; -1 without a flusher (finish does the shutdown) */
-	pid_t pid;  /* the flusher's intermediate child, -1 without one */
 };
 int lb_disk_detach(const char *mountpoint, int lock_fd, struct lb_disk_detach *ret, struct lb_error *err);
 void lb_disk_detach_finish(struct lb_disk_detach *d, const char *mountpoint);
@@ -204,13 +204,21 @@ struct clone_args;
 void *lb_stacks_map(size_t n, size_t size, size_t *ret_len);
 char *lb_stack_base(void *map, size_t i, size_t size);
 pid_t lb_clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg);
+/* Starts the binary in exec_fd (a sealed memfd of blobs.c) with argv and no environment, detached: it is reparented
+ * at once and nobody here waits for it. fds[i] is its descriptor 3 + i; it holds no other descriptor of the caller
+ * (not even 0-2). No fork: two CLONE_VM | CLONE_VFORK children, so the caller's memory is never write-protected. 0
+ * once it has exec'd, or a negative errno (nothing started). */
+#define LB_HELPER_FDS_MAX 4
+int lb_spawn_helper(int exec_fd, char *const argv[], const int *fds, int nfds);
 /* For the child's functions that call one that does not return: ASan (sanitizer builds) would take the child's stack,
  * which it does not know, for a corrupt one and say so on the child's stderr. */
 #define LB_BORROWED_STACK __attribute__((no_sanitize("address")))
 
-/* init_blob.c — the static lensbox-init binary, embedded at build time; lb_init_memfd() returns a sealed,
- * executable memfd (CLOEXEC) holding it, for the sandbox's first process to execveat() into. */
+/* blobs.c — the freestanding binaries, embedded at build time; each returns a sealed, executable memfd (CLOEXEC)
+ * holding one: lensbox-init, for the sandbox's first process to execveat() into; lensbox-diskhelper, for
+ * lb_spawn_helper(). A negative errno on failure. */
 int lb_init_memfd(void);
+int lb_diskhelper_memfd(void);
 
 /* output.c — bounded capture of a program's output: the first `limit` bytes (head) or the last (tail), and the
  * total count; memory never grows past `limit` whatever the program writes. */

@@ -336,7 +336,7 @@ static int teardown(struct lb_sandbox *sb, bool have_disk, bool have_root, struc
 	/* No run is in progress (exec reaps its whole leaf before it returns): the `run` leaf goes now too. */
 	if (sb->cg)
 		lb_cg_remove_idle_leaf(sb->cg, LB_CG_RUN);
-	struct lb_disk_detach detach = { .mnt_fd = -1, .go = -1, .pid = -1 };
+	struct lb_disk_detach detach = { .mnt_fd = -1, .go = -1 };
 	if (have_disk) {
 		lb_error_clear(&e2);
 		int r = lb_disk_detach(sb->storage_mnt, sb->storage_lock, &detach, &e2);

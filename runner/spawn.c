@@ -1,5 +1,6 @@
 /*
- * spawn.c — children that borrow the caller's memory until they exec: their stacks, and clone3() onto one.
+ * spawn.c — children that borrow the caller's memory until they exec: their stacks, clone3() onto one, and the
+ * detached start of a helper binary (lb_spawn_helper).
  *
  * Runs in the caller (lensboxd, many threads, or lensbox-runner; root). A fork of lensboxd copies its ~320 mappings
  * and page tables, and the child's execve tears that copy down again (together ~1 ms a child); a child made with
@@ -16,9 +17,14 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sched.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 void *lb_stacks_map(size_t n, size_t size, size_t *ret_len)
@@ -84,4 +90,76 @@ pid_t lb_clone3_run(struct clone_args *ca, int (*fn)(void *), void *arg)
 		_exit(fn(arg));
 	return pid;
 #endif
+}
+
+/* What the two children of lb_spawn_helper share with the caller (its frame). */
+struct helper_spawn {
+	int exec_fd;
+	char *const *argv;
+	const int *fds;
+	int nfds;
+	char *grandchild_stack; /* its top */
+	int err;		/* the grandchild's failure, or the intermediate's */
+};
+
+/* The grandchild: fds[i] becomes descriptor 3 + i, nothing else stays open, and it becomes the helper. */
+LB_BORROWED_STACK static int helper_exec(void *arg)
+{
+	struct helper_spawn *h = arg;
+	/* every source first to 64 and up (close-on-exec), so that placing one never overwrites another */
+	int exec_fd = fcntl(h->exec_fd, F_DUPFD_CLOEXEC, 64);
+	int high[LB_HELPER_FDS_MAX];
+	for (int i = 0; i < h->nfds && exec_fd >= 0; i++)
+		if ((high[i] = fcntl(h->fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
+			exec_fd = -1;
+	for (int i = 0; i < h->nfds && exec_fd >= 0; i++)
+		if (dup2(high[i], 3 + i) < 0) /* without close-on-exec */
+			exec_fd = -1;
+	if (exec_fd < 0) {
+		h->err = -errno;
+		_exit(127);
+	}
+	/* 0-2 too: the caller's stdout may be a pipe someone waits on (the helper puts /dev/null there) */
+	syscall(SYS_close_range, 0u, 2u, 0u);
+	syscall(SYS_close_range, (unsigned)(3 + h->nfds), (unsigned)exec_fd - 1, 0u);
+	syscall(SYS_close_range, (unsigned)exec_fd + 1, ~0u, 0u);
+	char *const envp[] = { NULL };
+	syscall(SYS_execveat, exec_fd, "", h->argv, envp, AT_EMPTY_PATH);
+	h->err = -errno;
+	_exit(127);
+}
+
+/* The intermediate child: starts the grandchild, waits (CLONE_VFORK) until it has exec'd or died, and exits, so the
+ * grandchild is reparented to the nearest subreaper and nobody here has to wait for it. */
+LB_BORROWED_STACK static int helper_detach(void *arg)
+{
+	struct helper_spawn *h = arg;
+	if (clone(helper_exec, h->grandchild_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, h) < 0)
+		h->err = -errno;
+	_exit(0);
+}
+
+int lb_spawn_helper(int exec_fd, char *const argv[], const int *fds, int nfds)
+{
+	if (nfds < 0 || nfds > LB_HELPER_FDS_MAX)
+		return -EINVAL;
+	/* Both children run on stacks in this frame, one after the other, while this thread sleeps (CLONE_VFORK):
+	 * 8 KiB each is several times what the few system calls above use. */
+	_Alignas(16) char stacks[2][8192];
+	struct helper_spawn h = { .exec_fd = exec_fd,
+				  .argv = argv,
+				  .fds = fds,
+				  .nfds = nfds,
+				  .grandchild_stack = stacks[1] + sizeof(stacks[1]) };
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid_t pid = clone(helper_detach, stacks[0] + sizeof(stacks[0]), CLONE_VM | CLONE_VFORK | SIGCHLD, &h);
+	int e = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0)
+		return -e;
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return h.err;
 }

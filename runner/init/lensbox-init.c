@@ -13,57 +13,17 @@
  * open while it waits.
  */
 #include "../report.h"
+#include "raw.h"
 
-#include <asm/unistd.h>
 #include <linux/prctl.h>
 #include <linux/wait.h>
-
-/* x86-64 and aarch64 system call conventions. */
-static long sys6(long n, long a, long b, long c, long d, long e)
-{
-#if defined(__x86_64__)
-	long ret;
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-	__asm__ volatile("syscall"
-			 : "=a"(ret)
-			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
-			 : "rcx", "r11", "memory");
-	return ret;
-#elif defined(__aarch64__)
-	register long x8 __asm__("x8") = n;
-	register long x0 __asm__("x0") = a;
-	register long x1 __asm__("x1") = b;
-	register long x2 __asm__("x2") = c;
-	register long x3 __asm__("x3") = d;
-	register long x4 __asm__("x4") = e;
-	__asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-	return x0;
-#else
-#error "lensbox-init: unsupported architecture"
-#endif
-}
 
 #define SIGCHLD_BIT (1UL << (17 - 1))
 
 static _Noreturn void die(void)
 {
 	for (;;)
-		sys6(__NR_exit_group, 1, 0, 0, 0, 0);
-}
-
-/* argv[1] is the report pipe's descriptor number, in decimal. */
-static long parse_fd(const char *s)
-{
-	long v = 0;
-	if (!s || !*s)
-		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > 100000)
-			return -1;
-		v = v * 10 + (*s - '0');
-	}
-	return v;
+		raw_sys6(__NR_exit_group, 1, 0, 0, 0, 0, 0);
 }
 
 _Noreturn void lb_init_main(long *sp); /* called from _start below */
@@ -72,28 +32,29 @@ __attribute__((used)) _Noreturn void lb_init_main(long *sp)
 {
 	/* Dumpable is reset by execve: clear it first, so no process of the sandbox may trace us or open our
 	 * /proc files. */
-	if (sys6(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+	if (raw_sys6(__NR_prctl, PR_SET_DUMPABLE, 0, 0, 0, 0, 0) < 0)
 		die();
 	unsigned long all = ~0UL;
-	if (sys6(__NR_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&all, 0, 8, 0) < 0)
+	if (raw_sys6(__NR_rt_sigprocmask, 2 /* SIG_SETMASK */, (long)&all, 0, 8, 0, 0) < 0)
 		die();
 	long argc = sp[0];
 	char **argv = (char **)(sp + 1);
-	long fd = argc == 2 ? parse_fd(argv[1]) : -1;
+	/* argv[1] is the report pipe's descriptor number, in decimal. */
+	long fd = argc == 2 ? raw_parse_number(argv[1], 100000) : -1;
 	if (fd > 2) {
 		struct lb_child_report rep = { .kind = 'R' };
 		long w;
 		do
-			w = sys6(__NR_write, fd, (long)&rep, sizeof(rep), 0, 0);
+			w = raw_sys6(__NR_write, fd, (long)&rep, sizeof(rep), 0, 0, 0);
 		while (w == -4 /* EINTR */);
 	}
-	sys6(__NR_close_range, 0, ~0U, 0, 0, 0);
+	raw_sys6(__NR_close_range, 0, ~0U, 0, 0, 0, 0);
 	unsigned long chld = SIGCHLD_BIT;
 	for (;;) {
-		while (sys6(__NR_wait4, -1, 0, WNOHANG | __WALL, 0, 0) > 0)
+		while (raw_sys6(__NR_wait4, -1, 0, WNOHANG | __WALL, 0, 0, 0) > 0)
 			;
 		/* rt_sigtimedwait(SIGCHLD): wakes when a child (an orphan reparented to us) exits. */
-		sys6(__NR_rt_sigtimedwait, (long)&chld, 0, 0, 8, 0);
+		raw_sys6(__NR_rt_sigtimedwait, (long)&chld, 0, 0, 8, 0, 0);
 	}
 }
 
