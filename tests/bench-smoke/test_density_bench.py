@@ -24,8 +24,11 @@ def test_density_benchmark_prints_figures_and_a_plot():
         for key in ("create_ms_p50", "creations_per_second", "memory_per_idle_sandbox_kib", "list_ms_p50",
                     "warm_run_ratio"):
             assert figures[key] > 0, (key, figures)
-        # the figure is the worst of three sandboxes among the running ones
-        three = figures["warm_run_ratios_of_three"]
-        assert len(three) == 3 and max(three) == figures["warm_run_ratio"], figures
+        # the figure is the worst of the probes among the running ones, one per CPU set a baseline has, each against
+        # the baseline on its CPUs, timed among / alone / among
+        per_cpus = figures["warm_run_ratio_per_cpu_set"]
+        assert per_cpus and max(per_cpus.values()) == figures["warm_run_ratio"], figures
+        assert set(figures["warm_run_median_over_bare"]) == set(per_cpus), figures
+        assert [p[0] for p in figures["warm_run_phases_run_over_bare"]] == ["among", "alone", "among"], figures
         with open(plot, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"

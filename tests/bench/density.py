@@ -10,13 +10,22 @@ What it does, in one run against one private lensboxd (networking off, no spares
      least recently used ones during step 1 already), lets the storages' flushers finish, then starts --running of
      them with one `pass` run each and leaves them running idle, sampling the host memory they cost every 20
      sandboxes against what the host used with none running;
-  3. times GET /v1/sandboxes with every sandbox listed (median of 20), and a warm run in three of the idle sandboxes
-     (median of 30 each; the worst of the three is the figure) against a warm run measured in the same daemon
-     before any other sandbox existed (median of 60), each relative to bare `python3 -c pass` timed in the same
-     rounds: the ratio is (among them / bare then) over (alone / bare at that time), so the machine's drift between
-     the two moments cancels out. Both are measured once the host's writeback has finished (Dirty + Writeback
-     below 1 MiB, at most 30 s): idle sandboxes, not the storages of the 1,000 creations being flushed.
-
+  3. times GET /v1/sandboxes with every sandbox listed (median of 20);
+  4. times a warm run among the idle sandboxes against a warm run with no other running, in three phases: among them
+     (90 rounds, a run in each probe in turn), alone (180 rounds, in the baselines in turn, once the others are
+     stopped, untimed), among them again (the same sandboxes started again, untimed), so the two states' mean times
+     coincide and the machine's drift cancels out to first order. A sandbox's programs run on CPUs of their own
+     (runner/cpus.c: one CPU for the default 1-CPU limit, chosen by host uid), and on this VM one vCPU can run the
+     same program 30% slower than the other for minutes, so the baselines are sandboxes on each CPU set there is
+     (one per CPU, up to 4, started before the others), and the probes are idle sandboxes, one per baseline's CPU
+     set; each probe is compared with the baseline on its own CPUs. Each round pairs a warm `pass` run with a bare
+     run right after it: issue 18's bare, `python3 -c pass` of the image chroot'ed (the same binary and files as in
+     the sandbox, as in api_bench.py), and keeps their ratio. A probe's figure is the median of its ratios over the
+     median of its baseline's; the worst probe's is "a run in any of them". Each phase starts once the host is
+     quiet (writeback finished: Dirty + Writeback below 1 MiB; no lensbox-diskhelper left; then the CPUs under 10%
+     busy over 0.5 s; at most 60 s). On this machine the median of 30 such ratios moves by up to 25% from one block
+     to the next with nothing changed, so blocks of 30 taken minutes apart (as until 2026-12-07, against the host's
+     python3, whichever CPU the sandboxes had) cannot tell 5% apart.
 Host memory per idle running sandbox = (sum of the sandboxes' cgroup memory usage: v1 memory.usage_in_bytes or v2
 memory.current of lensbox/u<uid>) + (growth of the kernel's unreclaimable slab, SUnreclaim, and page tables,
 PageTables, in /proc/meminfo) + (growth of lensboxd's RSS), divided by the number running. The cgroup usage already
@@ -33,6 +42,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from lensbox_testlib import images  # noqa: E402
 from lensbox_testlib.lensboxd import Daemon  # noqa: E402
 
 
@@ -70,25 +80,74 @@ def timed(fn):
     return time.perf_counter() - t, r
 
 
-def settle(limit_s=30.0):
-    """Waits (untimed, at most limit_s) until the host's writeback is done: the storages' dirty pages written and
-    nothing being written back, so a warm run is measured on a host whose sandboxes are idle, not flushing."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
+def helpers_running():
+    """How many lensbox-diskhelper processes (storage flushers, the pool's refiller) are alive on the host."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                n += f.read().startswith("lensbox-diskhel")
+        except (OSError, ValueError):
+            continue
+    return n
+
+
+def cpu_times():
+    """(busy, total) jiffies of the host's CPUs: busy is user, nice, system, irq and softirq (not idle, iowait or
+    steal, the last being other guests' time on this VM's host)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = v
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait
+
+
+def settle(limit_s=60.0):
+    """Waits (untimed, at most limit_s) until the host is quiet: writeback done (the storages' dirty pages written,
+    nothing being written back), no storage helper left, and then the CPUs busy less than 10% over half a second
+    (what lensboxd and the kernel do after a burst of starts or stops, such as a pool refilled or cgroups and
+    namespaces torn down in the kernel's workers, slows a run but shows in no count above). So a warm run is measured
+    on a host whose sandboxes are idle. Returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() < start + limit_s:
         m = meminfo()
-        if m["Dirty"] + m["Writeback"] < (1 << 20):
+        if m["Dirty"] + m["Writeback"] < (1 << 20) and helpers_running() == 0:
             break
         time.sleep(0.2)
-    time.sleep(1.0)
+    while time.monotonic() < start + limit_s:
+        b0, t0 = cpu_times()
+        time.sleep(0.5)
+        b1, t1 = cpu_times()
+        if t1 > t0 and (b1 - b0) / (t1 - t0) < 0.10:
+            break
+    return round(time.monotonic() - start, 1)
 
 
-def warm_against_bare(d, name, rounds=30):
-    """Medians of a warm `pass` run in sandbox name and of bare python3 -c pass on the host, interleaved."""
-    runs, bares = [], []
-    for _ in range(rounds):
-        runs.append(timed(lambda: d.ok_run(name, "pass"))[0])
-        bares.append(timed(lambda: subprocess.run(["/usr/bin/python3", "-c", "pass"], check=True))[0])
-    return statistics.median(runs), statistics.median(bares)
+def paired(d, names, bare_cmd, rounds):
+    """Per round: a warm `pass` run in the next sandbox of names (in turn), then bare; {name: [run / bare, ...]}."""
+    out = {n: [] for n in names}
+    for i in range(rounds):
+        n = names[i % len(names)]
+        w = timed(lambda: d.ok_run(n, "pass"))[0]
+        b = timed(lambda: subprocess.run(bare_cmd, check=True))[0]
+        out[n].append(w / b)
+    return out
+
+
+def cpus_of(d, name):
+    """The CPUs the sandbox's programs run on, as a run there sees them."""
+    body = d.ok_run(name, "import os; print(sorted(os.sched_getaffinity(0)))")
+    return body["stdout"].strip()
+
+
+def set_running(d, names, running):
+    """Starts (one `pass` run each) or stops every sandbox of names, untimed."""
+    for n in names:
+        if running:
+            d.ok_run(n, "pass")
+        else:
+            s, body = d.request("POST", f"/v1/sandboxes/{n}/stop")
+            assert s == 200, (s, body)
 
 
 def main():
@@ -101,15 +160,15 @@ def main():
     settings = {"max_running": str(a.running + 8), "idle_minutes": "60", "keep_hours": "24",
                 "uid_range_count": str(max(10000, a.sandboxes + 100)), "spare_sandboxes": "0",
                 "max_connections": "64", "log_level": "warn"}
+    bare_cmd = ["chroot", images.default_rootfs(), "/usr/bin/python3", "-c", "pass"]
     with Daemon(settings=settings) as d:
         names = [d.name(f"d{i}") for i in range(a.sandboxes)]
         payload = os.urandom(4096)
 
-        # the warm baseline: one sandbox, nothing else there
-        base_name = d.name("baseline")
-        d.ok_run(base_name, "pass")
-        settle()
-        warm_quiet, bare_quiet = warm_against_bare(d, base_name, rounds=60)
+        # the warm baselines' sandboxes, one per CPU set (consecutive host uids spread over the CPUs): step 4
+        bases = {}
+        for i in range(min(os.cpu_count() or 1, 4)):
+            bases.setdefault(cpus_of(d, d.name(f"baseline{i}")), d.name(f"baseline{i}"))
 
         create_s, created_at = [], []
         t0 = time.perf_counter()
@@ -125,7 +184,7 @@ def main():
         create_total = time.perf_counter() - t0
 
         # None running: the memory baseline is taken against a host where no sandbox of this daemon runs.
-        for n in names + [base_name]:
+        for n in names + [d.name(f"baseline{i}") for i in range(min(os.cpu_count() or 1, 4))]:
             s, body = d.request("POST", f"/v1/sandboxes/{n}/stop")
             assert s == 200, (s, body)
         s, body = d.request("GET", "/v1/health")
@@ -147,16 +206,32 @@ def main():
         list_s = statistics.median(timed(lambda: d.request("GET", "/v1/sandboxes"))[0] for _ in range(20))
         s, body = d.request("GET", "/v1/sandboxes")
         listed = len(body["sandboxes"]) if isinstance(body, dict) else 0
-        # "a run in any of them": three of the idle sandboxes, each against bare python3 in the same rounds; the
-        # worst of the three is the figure
-        settle()
-        among = [warm_against_bare(d, names[a.running * k // 4]) for k in (1, 2, 3)]
-        warm_busy, bare_busy = max(among, key=lambda wb: wb[0] / wb[1])
+        # "a run in any of them": an idle sandbox per baseline's CPU set, from the middle of the 200 on
+        probes = {}
+        for n in names[a.running // 4:a.running]:
+            if len(probes) == len(bases):
+                break
+            c = cpus_of(d, n)
+            if c in bases and c not in probes:
+                probes[c] = n
+        assert probes, f"no running sandbox shares a baseline's CPUs ({sorted(bases)})"
+        among, alone, phases, settled = {c: [] for c in probes}, {c: [] for c in probes}, [], []
+        for phase in ("among", "alone", "among"):
+            if phase == "alone":
+                set_running(d, names[:a.running], False)
+                set_running(d, [bases[c] for c in probes], True)
+            elif phases:
+                set_running(d, names[:a.running], True)
+            settled.append(settle())
+            which, rounds, into = (bases, 180, alone) if phase == "alone" else (probes, 90, among)
+            got = paired(d, [which[c] for c in probes], bare_cmd, rounds)
+            for c in probes:
+                into[c] += got[which[c]]
+            phases.append((phase, round(statistics.median([x for v in got.values() for x in v]), 3)))
 
     rate = a.sandboxes / create_total
-    # each warm figure relative to bare python3 timed in the same moments, so the machine's drift between the two
-    # measurements (minutes apart) cancels out
-    warm_ratio = (warm_busy / bare_busy) / (warm_quiet / bare_quiet)
+    of_probes = {c: statistics.median(among[c]) / statistics.median(alone[c]) for c in probes}
+    warm_ratio = max(of_probes.values())
     figures = {
         "sandboxes": a.sandboxes, "listed": listed, "running_idle": a.running,
         "create_ms_p50": round(statistics.median(create_s) * 1000, 2),
@@ -166,10 +241,12 @@ def main():
         "memory_parts_kib": {"cgroups": round(cg / count / 1024, 1), "kernel": round(kernel / count / 1024, 1),
                              "lensboxd": round(daemon / count / 1024, 1)},
         "list_ms_p50": round(list_s * 1000, 2),
-        "warm_run_ms": {"quiet": round(warm_quiet * 1000, 2), "bare_then": round(bare_quiet * 1000, 2),
-                        "among_them": round(warm_busy * 1000, 2), "bare_now": round(bare_busy * 1000, 2)},
         "warm_run_ratio": round(warm_ratio, 3),
-        "warm_run_ratios_of_three": [round((w / b) / (warm_quiet / bare_quiet), 3) for w, b in among],
+        "warm_run_ratio_per_cpu_set": {c: round(r, 3) for c, r in of_probes.items()},
+        "warm_run_median_over_bare": {c: {"alone": round(statistics.median(alone[c]), 3),
+                                          "among": round(statistics.median(among[c]), 3)} for c in probes},
+        "warm_run_phases_run_over_bare": phases,
+        "settled_s": settled,
     }
     print(json.dumps(figures, indent=2))
     print(f"targets (issue 18): creations/s >= 50: {rate:.1f}; memory per idle sandbox <= 1024 KiB: "
