@@ -122,6 +122,12 @@ void lbd_storage_path(const struct lbd *d, uint32_t host_uid, char *buf, size_t 
 /* A new sandbox's uid must own no storage yet: a storage directory under a uid no row held is what a crash between
  * removing a row's storage and the row left. Nobody owns it, and it goes. */
 void lbd_storage_clear_orphan(const struct lbd *d, uint32_t host_uid);
+/* held.c — releases every uid the store holds for `holder` (spares, reserved uids), at start-up: cleans up what an
+ * earlier instance may have started under it (its runner key's cgroups, mounts and loop device; its storage, which no
+ * conversation ever owned) and removes the store's row. A uid that fails is logged ("reconciling <what> failed")
+ * and counted in *ret_failed; *ret_n is how many the store held. 0, or the listing's failure. */
+int lbd_held_reconcile(struct lbd *d, enum lb_store_holder holder, const char *what, size_t *ret_n,
+		       unsigned *ret_failed, struct lb_error *err);
 /* The runner's spec for a sandbox of store spec `spec` under host uid `uid`, from image `img`: the one place that
  * turns a spec into limits, tier and policy, so a spare and a sandbox started on demand are built alike. key and
  * storage are the caller's (lbd_runner_key, lbd_storage_path) and, like img, must outlive *ret. */

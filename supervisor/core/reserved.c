@@ -27,43 +27,15 @@
 #include "lb/log.h"
 #include "core.h"
 
-/* Cleans up what an earlier instance may have started under uid and releases it. 0, or the failure (logged). */
-static int reconcile_one(struct lbd *d, uint32_t uid)
-{
-	char key[LBD_RUNNER_KEY_MAX], storage[512];
-	lbd_runner_key(uid, key);
-	lbd_storage_path(d, uid, storage, sizeof(storage));
-	struct lb_error e = { 0 };
-	/* Safe: cleanup acts only on this uid's own cgroup, mount points and loop device, by its runner key; the
-	 * storage removed is a start's that never got its row (no conversation ever owned this uid). */
-	int r = lb_sandbox_cleanup(key, d->cfg.run_dir, &e);
-	if (r == 0)
-		r = lb_sandbox_destroy_storage(storage, &e);
-	if (r == 0 || r == -ENOENT)
-		r = lb_store_held_remove(d->store, LB_STORE_RESERVED, uid, &e);
-	if (r < 0 && r != -ENOENT) {
-		char lf[700];
-		snprintf(lf, sizeof(lf), "runner=%s error=\"%s\"", key, e.msg);
-		lb_error(lf, "reconciling a reserved uid failed");
-		return r;
-	}
-	return 0;
-}
-
 int lbd_reserved_init(struct lbd *d, struct lb_error *err)
 {
 	struct lbd_reserved *p = &d->reserved;
 	pthread_mutex_init(&p->mu, NULL);
 	p->n = 0;
-	uint32_t *uids = NULL;
 	size_t n = 0;
-	int r = lb_store_held_list(d->store, LB_STORE_RESERVED, &uids, &n, err);
-	if (r < 0)
-		return lb_error_wrap(err, "listing reserved uids to reconcile");
 	unsigned failed = 0;
-	for (size_t i = 0; i < n; i++)
-		failed += reconcile_one(d, uids[i]) < 0;
-	free(uids);
+	if (lbd_held_reconcile(d, LB_STORE_RESERVED, "a reserved uid", &n, &failed, err) < 0)
+		return lb_error_wrap(err, "listing reserved uids to reconcile");
 	if (n) {
 		char lf[96];
 		snprintf(lf, sizeof(lf), "uids=%zu failed=%u", n, failed);

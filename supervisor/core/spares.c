@@ -370,32 +370,10 @@ void lbd_spares_stop(struct lbd *d)
 
 int lbd_spares_reconcile(struct lbd *d, struct lb_error *err)
 {
-	uint32_t *uids = NULL;
 	size_t n = 0;
-	int r = lb_store_held_list(d->store, LB_STORE_SPARE, &uids, &n, err);
-	if (r < 0)
-		return lb_error_wrap(err, "listing spares to reconcile");
 	unsigned failed = 0;
-	for (size_t i = 0; i < n; i++) {
-		char key[LBD_RUNNER_KEY_MAX], storage[512];
-		lbd_runner_key(uids[i], key);
-		lbd_storage_path(d, uids[i], storage, sizeof(storage));
-		struct lb_error e = { 0 };
-		/* Safe: cleanup acts only on this spare's own cgroup, mount points and loop device, by its runner key;
-		 * the storage removed is the spare's own (no conversation ever owned this uid). */
-		r = lb_sandbox_cleanup(key, d->cfg.run_dir, &e);
-		if (r == 0)
-			r = lb_sandbox_destroy_storage(storage, &e);
-		if (r == 0 || r == -ENOENT)
-			r = lb_store_held_remove(d->store, LB_STORE_SPARE, uids[i], &e);
-		if (r < 0 && r != -ENOENT) {
-			char lf[700];
-			snprintf(lf, sizeof(lf), "runner=%s error=\"%s\"", key, e.msg);
-			lb_error(lf, "reconciling a spare sandbox failed");
-			failed++;
-		}
-	}
-	free(uids);
+	if (lbd_held_reconcile(d, LB_STORE_SPARE, "a spare sandbox", &n, &failed, err) < 0)
+		return lb_error_wrap(err, "listing spares to reconcile");
 	if (n) {
 		char lf[96];
 		snprintf(lf, sizeof(lf), "spares=%zu failed=%u", n, failed);
